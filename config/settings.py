@@ -1,0 +1,147 @@
+"""One env-driven settings module; the environment is read here and only here.
+
+Embedded default: with neither DATABASE_URL nor REDIS_URL set the whole
+platform runs in one process on SQLite, an in-process bus, an in-memory
+channel layer and an in-process engine thread.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value in (None, "") else int(value)
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-insecure-secret-key-change-me")
+DEBUG = env_bool("DJANGO_DEBUG", True)
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",")
+CSRF_TRUSTED_ORIGINS = [
+    o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o
+]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "tenants",
+    "billing",
+    "inference",
+    "gpuworkers",
+]
+
+MIDDLEWARE = [
+    "inference.middleware.RequestIdMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASE_URL = os.environ.get("DATABASE_URL") or None
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+    if DATABASE_URL
+    else {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("SQLITE_PATH", str(BASE_DIR / "db.sqlite3")),
+        # The engine thread and web requests write usage rows concurrently.
+        "OPTIONS": {"timeout": 20},
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = []
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+# The chat API accepts long prompts; the per-tier context cap is the real bound.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 2 * 1024 * 1024)
+
+# Redis: rate limits, request bus, response streams, heartbeats, channel
+# layer and Celery broker. Unset means the embedded in-process backends.
+REDIS_URL = os.environ.get("REDIS_URL") or None
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
+# Inference: served models and the engine.
+# Directory of the demo model, converted from GGUF on first use.
+LLM_MODEL_CACHE = os.environ.get("LLM_MODEL_CACHE") or None
+DEMO_MODEL_NAME = os.environ.get("DEMO_MODEL_NAME", "smollm2-135m-instruct")
+# Run an engine thread inside the web process (embedded mode). Defaults to on
+# when there is no Redis, since nothing else could serve requests then.
+EMBEDDED_ENGINE = env_bool("EMBEDDED_ENGINE", REDIS_URL is None)
+ENGINE_DTYPE = os.environ.get("ENGINE_DTYPE", "bfloat16")
+ENGINE_KV_CACHE_MB = env_int("ENGINE_KV_CACHE_MB", 512)
+ENGINE_THREADS = env_int("ENGINE_THREADS", 0)  # 0: torch's default
+# Seconds without a heartbeat before a worker is treated as dead.
+WORKER_HEARTBEAT_TTL = env_int("WORKER_HEARTBEAT_TTL", 6)
+# How long a finished response's event stream stays readable for resumes.
+RESPONSE_STREAM_TTL = env_int("RESPONSE_STREAM_TTL", 600)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+}

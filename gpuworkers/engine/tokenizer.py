@@ -1,0 +1,51 @@
+"""Tokenizer loading and chat templating, shared by the engine and the web tier.
+
+The web process tokenizes prompts itself (context caps and token counts are
+enforced before any GPU work), so this module must stay cheap to import: it
+loads only the tokenizer, never weights.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+
+@lru_cache(maxsize=8)
+def load_tokenizer(model_dir: str | Path):
+    """Load the Hugging Face fast tokenizer of a model directory (cached)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir))
+
+
+def apply_chat_template(tokenizer, messages: list[dict]) -> list[int]:
+    """Render OpenAI-style ``messages`` with the model's template and tokenize.
+
+    Returns the prompt token ids, ending with the assistant generation prompt.
+    """
+    encoded = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+    # transformers 5 may return a BatchEncoding-like mapping even when asked
+    # for a plain list; accept both shapes.
+    if hasattr(encoded, "keys"):
+        encoded = encoded["input_ids"]
+    return list(encoded)
+
+
+def eos_token_ids(tokenizer, model_dir: str | Path) -> list[int]:
+    """All end-of-sequence ids: the tokenizer's plus generation_config's."""
+    import json
+
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen_path = Path(model_dir) / "generation_config.json"
+    if gen_path.exists():
+        eos = json.loads(gen_path.read_text()).get("eos_token_id")
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, list):
+            ids.update(int(e) for e in eos)
+    return sorted(ids)
