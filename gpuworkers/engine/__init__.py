@@ -1,0 +1,33 @@
+"""The inference engine: paged KV cache, prefix cache, continuous batching.
+
+A library with no Django import, usable offline like vLLM's LLM class::
+
+    from gpuworkers.engine import LLMEngine, SamplingParams
+    engine = LLMEngine.from_pretrained(model_dir, dtype="bfloat16")
+    outputs = engine.generate(["Hello"], SamplingParams(max_tokens=32))
+"""
+
+from gpuworkers.engine.config import AdmissionPolicy, EngineConfig, SchedulingPolicy
+from gpuworkers.engine.engine import LLMEngine
+from gpuworkers.engine.outputs import (
+    ChoiceDelta,
+    CompletionChoice,
+    GenerateOutput,
+    RequestOutput,
+    TokenLogprob,
+)
+from gpuworkers.engine.sampling_params import InvalidSamplingParams, SamplingParams
+
+__all__ = [
+    "AdmissionPolicy",
+    "ChoiceDelta",
+    "CompletionChoice",
+    "EngineConfig",
+    "GenerateOutput",
+    "InvalidSamplingParams",
+    "LLMEngine",
+    "RequestOutput",
+    "SamplingParams",
+    "SchedulingPolicy",
+    "TokenLogprob",
+]

@@ -1,0 +1,40 @@
+"""Paged attention behind one interface, with a backend chosen by device.
+
+``torch``: paged gather + scaled_dot_product_attention (CPU and CUDA).
+``flashinfer``: FlashInfer's paged prefill/decode wrappers (CUDA only,
+optional extra, imported lazily).
+"""
+
+from __future__ import annotations
+
+from gpuworkers.engine.attention.metadata import AttentionMetadata, PrefillSpan
+from gpuworkers.engine.attention.torch_backend import TorchAttentionBackend
+
+
+def select_backend(name: str, device: str):
+    """The backend class for ``name`` on ``device`` ("auto" picks by device).
+
+    Chosen by device, not by import success: ``import flashinfer`` succeeds
+    on CPU-only hosts and fails only on first use.
+    """
+    is_cuda = str(device).startswith("cuda")
+    if name == "auto":
+        name = "flashinfer" if is_cuda and _flashinfer_installed() else "torch"
+    if name == "torch":
+        return TorchAttentionBackend
+    if name == "flashinfer":
+        if not is_cuda:
+            raise ValueError("the flashinfer attention backend needs a CUDA device")
+        from gpuworkers.engine.attention.flashinfer_backend import FlashInferAttentionBackend
+
+        return FlashInferAttentionBackend
+    raise ValueError(f"unknown attention backend {name!r}")
+
+
+def _flashinfer_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("flashinfer") is not None
+
+
+__all__ = ["AttentionMetadata", "PrefillSpan", "select_backend"]

@@ -1,0 +1,42 @@
+"""Index tensors for one step's attention, built once and shared by all layers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(slots=True)
+class PrefillSpan:
+    """One sequence's chunk of more than one query token."""
+
+    query_start: int  # offset in the flattened batch
+    query_len: int
+    context_len: int  # tokens already in the cache before this chunk
+    # Device block ids covering context_len + query_len tokens.
+    block_table: torch.Tensor
+    # Bool mask [query_len, context_len + query_len] when context_len > 0.
+    mask: torch.Tensor | None = None
+
+    @property
+    def kv_len(self) -> int:
+        return self.context_len + self.query_len
+
+
+@dataclass(slots=True)
+class AttentionMetadata:
+    """Layout of the flattened batch: ``num_decodes`` single tokens first,
+    then the prefill chunks."""
+
+    num_decodes: int
+    # Cache slot (block * block_size + offset) of every token in the batch.
+    slot_mapping: torch.Tensor
+    # [num_decodes, max_blocks] padded block tables and their valid lengths.
+    decode_block_tables: torch.Tensor | None = None
+    decode_kv_lens: torch.Tensor | None = None
+    # [num_decodes, 1, 1, max_blocks * block_size]: True where a key is valid.
+    decode_mask: torch.Tensor | None = None
+    prefills: list[PrefillSpan] = field(default_factory=list)
+    # Backend-specific state (FlashInfer plans), set by backend.plan().
+    backend_state: object | None = None

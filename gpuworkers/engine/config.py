@@ -1,0 +1,71 @@
+"""Engine, cache and scheduler settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class AdmissionPolicy(StrEnum):
+    # Admit only when every running request's future growth (prompt +
+    # max_tokens) still fits: no preemption in steady state.
+    RESERVE = "reserve"
+    # Admit on current size and preempt under pressure: more concurrency,
+    # at the price of swaps or recomputes when outputs run long.
+    OPTIMISTIC = "optimistic"
+
+
+class SchedulingPolicy(StrEnum):
+    FCFS = "fcfs"  # arrival order only
+    PRIORITY = "priority"  # higher priority first, then arrival
+    FAIR = "fair"  # weighted fair share between tiers, with lending
+
+
+DEFAULT_TIER_WEIGHTS = {"enterprise": 0.50, "pro": 0.35, "free": 0.15}
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Everything the engine needs besides the weights.
+
+    ``num_kv_blocks`` is derived from ``kv_cache_bytes`` and the model's KV
+    bytes per token when left at 0.
+    """
+
+    model_dir: str = ""
+    model_id: str = ""
+    dtype: str = "bfloat16"
+    device: str = "cpu"
+    attention_backend: str = "auto"  # auto | torch | flashinfer
+    block_size: int = 16
+    kv_cache_bytes: int = 512 << 20
+    num_kv_blocks: int = 0
+    # Host-memory pool for swapped-out sequences; 0 disables swapping (every
+    # preemption then recomputes).
+    swap_space_bytes: int = 256 << 20
+    num_host_blocks: int = 0
+    max_num_seqs: int = 64
+    # Token budget per engine step: decodes first, then prefill chunks.
+    max_num_batched_tokens: int = 512
+    max_model_len: int = 0  # 0: the model's max_position_embeddings
+    # Per-request cap on KV blocks; 0 means the whole pool.
+    max_blocks_per_request: int = 0
+    enable_prefix_caching: bool = True
+    admission_policy: AdmissionPolicy = AdmissionPolicy.RESERVE
+    scheduling_policy: SchedulingPolicy = SchedulingPolicy.PRIORITY
+    tier_weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TIER_WEIGHTS))
+    num_threads: int = 0  # 0: leave torch's default
+
+    def __post_init__(self) -> None:
+        self.admission_policy = AdmissionPolicy(self.admission_policy)
+        self.scheduling_policy = SchedulingPolicy(self.scheduling_policy)
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise ValueError("block_size must be a power of two")
+        if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
+            raise ValueError("max_num_batched_tokens and max_num_seqs must be >= 1")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"unsupported dtype {self.dtype!r}")
+
+    def kv_blocks_for(self, kv_bytes_per_token: int, budget: int) -> int:
+        """How many blocks of ``block_size`` tokens fit in ``budget`` bytes."""
+        return budget // (kv_bytes_per_token * self.block_size)

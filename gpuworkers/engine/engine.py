@@ -1,0 +1,359 @@
+"""LLMEngine: add_request / step / abort, and generate() for offline batches.
+
+One step is: schedule, run, postprocess. The engine is not thread-safe;
+exactly one thread calls its methods (the worker loop).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import torch
+
+from gpuworkers.engine.config import EngineConfig
+from gpuworkers.engine.detokenizer import IncrementalDetokenizer
+from gpuworkers.engine.kv_manager import KVCacheManager
+from gpuworkers.engine.model_runner import ModelRunner
+from gpuworkers.engine.models.loader import load_model
+from gpuworkers.engine.outputs import (
+    ChoiceDelta,
+    CompletionChoice,
+    GenerateOutput,
+    RequestOutput,
+    TokenLogprob,
+)
+from gpuworkers.engine.sampler import SampleRequest, make_generator, sample
+from gpuworkers.engine.sampling_params import SamplingParams
+from gpuworkers.engine.scheduler import Scheduler, SchedulerOutput
+from gpuworkers.engine.sequence import Request, Sequence, SequenceStatus
+from gpuworkers.engine.tokenizer import eos_token_ids, load_tokenizer
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig, model, model_cfg, tokenizer):
+        self.config = config
+        self.model_cfg = model_cfg
+        self.tokenizer = tokenizer
+        self.eos_token_ids = eos_token_ids(tokenizer, config.model_dir)
+        self.max_model_len = config.max_model_len
+        self.kv = KVCacheManager(
+            config.num_kv_blocks,
+            config.block_size,
+            config.num_host_blocks,
+            config.enable_prefix_caching,
+            config.model_id,
+        )
+        self.scheduler = Scheduler(config, self.kv, self.max_model_len)
+        self.runner = ModelRunner(config, model, model_cfg)
+        self.requests: dict[str, Request] = {}
+        self._seq_ids = itertools.count()
+        self._aborted: list[Request] = []
+        self.num_steps = 0
+        self.prompt_tokens_sent = 0
+        self.prompt_tokens_computed = 0
+        self.generated_tokens = 0
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, dtype: str = "bfloat16", **engine_options):
+        """Load a Hugging Face model directory and size the KV pool.
+
+        ``engine_options`` are EngineConfig fields (kv_cache_bytes,
+        max_num_seqs, max_num_batched_tokens, enable_prefix_caching, ...).
+        """
+        config = EngineConfig(model_dir=str(path), dtype=dtype, **engine_options)
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        from gpuworkers.engine.models.config import ModelConfig
+
+        model_cfg = ModelConfig.from_dir(path)
+        config.model_id = config.model_id or Path(path).name
+        limit = model_cfg.max_position_embeddings
+        if model_cfg.sliding_window:
+            # Attention here is not windowed: stay where the window is moot.
+            limit = min(limit, model_cfg.sliding_window)
+        config.max_model_len = min(config.max_model_len or limit, limit)
+        per_token = model_cfg.kv_bytes_per_token(dtype)
+        if not config.num_kv_blocks:
+            config.num_kv_blocks = config.kv_blocks_for(per_token, config.kv_cache_bytes)
+        if not config.num_host_blocks:
+            config.num_host_blocks = config.kv_blocks_for(per_token, config.swap_space_bytes)
+        if config.num_kv_blocks < 2:
+            raise ValueError("kv_cache_bytes is too small for two KV blocks")
+        model, model_cfg = load_model(path, dtype, config.device, config.max_model_len)
+        return cls(config, model, model_cfg, load_tokenizer(str(path)))
+
+    # Requests -------------------------------------------------------------
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        priority: int = 0,
+        cache_salt: str | None = None,
+        tier: str | None = None,
+    ) -> None:
+        """Queue a request. Raises ValueError if it can never fit."""
+        if request_id in self.requests:
+            raise ValueError(f"duplicate request id {request_id!r}")
+        if not prompt_token_ids:
+            raise ValueError("the prompt is empty")
+        total = len(prompt_token_ids) + params.max_tokens
+        if total > self.max_model_len:
+            raise ValueError(
+                f"prompt ({len(prompt_token_ids)} tokens) + max_tokens ({params.max_tokens})"
+                f" exceeds the model's context of {self.max_model_len} tokens"
+            )
+        # Per-request KV cap: one request may not take the whole pool.
+        cap = self.config.max_blocks_per_request or self.kv.num_total
+        if self.kv.blocks_for(total) > cap:
+            raise ValueError(
+                f"the request needs {self.kv.blocks_for(total)} KV blocks; the cap is {cap}"
+            )
+        request = Request(request_id, list(prompt_token_ids), params, priority, tier, cache_salt)
+        request.seqs.append(self._new_sequence(request, 0, list(prompt_token_ids)))
+        self.requests[request_id] = request
+        self.prompt_tokens_sent += len(prompt_token_ids)
+        self.scheduler.add(request.seqs[0])
+
+    def _new_sequence(self, request: Request, index: int, token_ids: list[int]) -> Sequence:
+        params = request.params
+        seq = Sequence(next(self._seq_ids), request, index, token_ids, len(request.prompt_token_ids))
+        seq.generator = make_generator(params.seed, index)
+        seq.detokenizer = IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids, params.stop)
+        seq.logprobs = [] if params.logprobs else None
+        return seq
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request; its blocks are free before the next step runs."""
+        request = self.requests.get(request_id)
+        if request is None or request.aborted:
+            return
+        request.aborted = True
+        for seq in request.seqs:
+            if not seq.is_finished:
+                self.scheduler.remove(seq)
+                seq.status = SequenceStatus.FINISHED
+                seq.finish_reason = "abort"
+        self._aborted.append(request)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    # The step -------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Schedule, run the model once, sample; return this step's deltas."""
+        outputs = [self._final_output(r) for r in self._aborted]
+        self._aborted.clear()
+        sched = self.scheduler.schedule()
+        if sched.is_empty:
+            return outputs
+        logits = self.runner.execute(sched)
+        self.num_steps += 1
+        for item in sched.scheduled:
+            seq, start = item.seq, item.seq.num_computed_tokens
+            self.prompt_tokens_computed += max(
+                0, min(start + item.num_new_tokens, seq.num_prompt_tokens) - start
+            )
+        self.scheduler.on_step_done(sched)
+        outputs.extend(self._postprocess(sched, logits))
+        return outputs
+
+    def _postprocess(self, sched: SchedulerOutput, logits) -> list[RequestOutput]:
+        now = time.monotonic()
+        deltas: dict[str, dict[int, ChoiceDelta]] = {}
+        sample_requests: list[SampleRequest] = []
+        owners: list[Sequence] = []
+        row = 0
+        for item in sched.scheduled:
+            if not item.needs_sample:
+                continue
+            seq = item.seq
+            request = seq.request
+            targets = [seq]
+            if request.params.n > 1 and not request.forked:
+                # The prompt is done: the other choices fork off its KV and
+                # draw their first token from the same logits.
+                targets.extend(self._fork_choices(seq))
+            for target in targets:
+                sample_requests.append(SampleRequest(row, request.params, target.generator))
+                owners.append(target)
+            row += 1
+        results = sample(logits, sample_requests) if sample_requests else []
+        for seq, result in zip(owners, results, strict=True):
+            self._append_token(seq, result, now, deltas)
+        outputs = []
+        for request_id, choices in deltas.items():
+            request = self.requests[request_id]
+            finished = request.is_finished
+            outputs.append(self._output(request, list(choices.values()), finished))
+            if finished:
+                del self.requests[request_id]
+        return outputs
+
+    def _fork_choices(self, parent: Sequence) -> list[Sequence]:
+        request = parent.request
+        request.forked = True
+        children = []
+        for index in range(1, request.params.n):
+            child = self._new_sequence(request, index, list(parent.token_ids))
+            self.kv.fork(parent, child)
+            child.status = SequenceStatus.RUNNING
+            request.seqs.append(child)
+            self.scheduler.running.append(child)
+            children.append(child)
+        return children
+
+    def _append_token(self, seq: Sequence, result, now: float, deltas) -> None:
+        request = seq.request
+        params = request.params
+        token = result.token_id
+        seq.token_ids.append(token)
+        self.generated_tokens += 1
+        if request.first_token_time is None:
+            request.first_token_time = now
+        finish = None
+        is_stop_token = token in params.stop_token_ids or (
+            not params.ignore_eos and token in self.eos_token_ids
+        )
+        text = "" if is_stop_token else seq.detokenizer.add(token)
+        logprob = None
+        if seq.logprobs is not None:
+            logprob = self._token_logprob(token, result)
+            seq.logprobs.append(logprob)
+        if is_stop_token or seq.detokenizer.stopped:
+            finish = "stop"
+        elif seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
+            finish = "length"
+        if finish:
+            if finish == "length":
+                text += seq.detokenizer.flush()
+            seq.finish_reason = finish
+            self.scheduler.remove(seq)
+            seq.status = SequenceStatus.FINISHED
+        choice = deltas.setdefault(request.request_id, {}).setdefault(
+            seq.index, ChoiceDelta(seq.index, [], "", [] if seq.logprobs is not None else None)
+        )
+        choice.token_ids.append(token)
+        choice.text += text
+        if logprob is not None:
+            choice.logprobs.append(logprob)
+        choice.finish_reason = finish
+
+    def _token_logprob(self, token: int, result) -> TokenLogprob:
+        decode = self.tokenizer.convert_ids_to_tokens
+        top = [(tid, decode(tid), lp) for tid, lp in (result.top or [])]
+        return TokenLogprob(token, decode(token), result.logprob, top)
+
+    def _output(self, request: Request, choices, finished: bool) -> RequestOutput:
+        first = request.seqs[0]
+        arrival = request.arrival_time
+        return RequestOutput(
+            request_id=request.request_id,
+            choices=sorted(choices, key=lambda c: c.index),
+            finished=finished,
+            num_prompt_tokens=len(request.prompt_token_ids),
+            num_cached_tokens=first.num_cached_tokens,
+            queue_time=(request.first_scheduled_time - arrival) if request.first_scheduled_time else None,
+            first_token_time=(request.first_token_time - arrival) if request.first_token_time else None,
+        )
+
+    def _final_output(self, request: Request) -> RequestOutput:
+        self.requests.pop(request.request_id, None)
+        # Held-back text is dropped on abort: it may be half a stop string.
+        choices = [
+            ChoiceDelta(s.index, [], "", None, "abort")
+            for s in request.seqs
+            if s.finish_reason == "abort"
+        ]
+        return self._output(request, choices, True)
+
+    # Offline use and warm-up -----------------------------------------------
+
+    def generate(
+        self, prompts: list[str | list[int]], params: SamplingParams | list[SamplingParams]
+    ) -> list[GenerateOutput]:
+        """Run a batch to completion; outputs in prompt order."""
+        params_list = params if isinstance(params, list) else [params] * len(prompts)
+        results: dict[str, GenerateOutput] = {}
+        order = []
+        for prompt, p in zip(prompts, params_list, strict=True):
+            token_ids = self.tokenizer(prompt).input_ids if isinstance(prompt, str) else list(prompt)
+            request_id = f"generate-{next(self._seq_ids)}"
+            self.add_request(request_id, token_ids, p)
+            order.append(request_id)
+            results[request_id] = GenerateOutput(
+                request_id,
+                token_ids,
+                [CompletionChoice(i, [], "", None, [] if p.logprobs else None) for i in range(p.n)],
+            )
+        pending = set(order)
+        while pending:
+            for output in self.step():
+                result = results[output.request_id]
+                result.num_cached_tokens = output.num_cached_tokens
+                for delta in output.choices:
+                    choice = result.choices[delta.index]
+                    choice.token_ids.extend(delta.token_ids)
+                    choice.text += delta.text
+                    if delta.logprobs:
+                        choice.logprobs.extend(delta.logprobs)
+                    choice.finish_reason = delta.finish_reason or choice.finish_reason
+                if output.finished:
+                    pending.discard(output.request_id)
+        return [results[r] for r in order]
+
+    def warmup(self) -> float:
+        """Run representative prefill and decode shapes once; returns seconds.
+
+        The first passes pay for kernel selection and allocator growth; a
+        worker reports ready only after this.
+        """
+        started = time.monotonic()
+        vocab = min(self.model_cfg.vocab_size, 32000)
+        budget = self.config.max_num_batched_tokens
+        prompt_len = max(2, min(budget, self.max_model_len - 16, 512))
+        generator = torch.Generator().manual_seed(0)
+        params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+        batch = max(1, min(8, self.config.max_num_seqs))
+        prompts = []
+        for i in range(batch):
+            length = prompt_len if i == 0 else max(2, prompt_len // 8)
+            prompts.append(torch.randint(100, vocab, (length,), generator=generator).tolist())
+        # A salt no real request uses, so warm-up blocks never match real prompts.
+        for i, prompt in enumerate(prompts):
+            self.add_request(f"warmup-{i}", prompt, params, cache_salt="warmup")
+        while self.requests:
+            self.step()
+        self.prompt_tokens_sent = self.prompt_tokens_computed = self.generated_tokens = 0
+        self.kv.prefix_hit_tokens = self.kv.prefix_query_tokens = 0
+        return time.monotonic() - started
+
+    # Introspection --------------------------------------------------------
+
+    def stats(self) -> dict:
+        sched = self.scheduler
+        return {
+            "running": len(sched.running),
+            "waiting": len(sched.waiting),
+            "swapped": len(sched.swapped),
+            "kv_blocks_used": self.kv.allocator.num_used,
+            "kv_blocks_total": self.kv.num_total,
+            "kv_blocks_cached": self.kv.allocator.num_cached,
+            "host_blocks_free": self.kv.host.num_free,
+            "host_blocks_total": self.kv.host.num_blocks,
+            "block_size": self.config.block_size,
+            "prefix_cache_hit_tokens": self.kv.prefix_hit_tokens,
+            "prompt_tokens_sent": self.prompt_tokens_sent,
+            "prompt_tokens_computed": self.prompt_tokens_computed,
+            "generated_tokens": self.generated_tokens,
+            "queued_prompt_tokens": sum(s.num_uncomputed_tokens for s in sched.waiting),
+            "preemptions": sched.num_preemptions,
+            "swaps_out": sched.num_swaps_out,
+            "swaps_in": sched.num_swaps_in,
+            "recomputes": sched.num_recomputes,
+            "steps": self.num_steps,
+        }

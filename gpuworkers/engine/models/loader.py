@@ -1,0 +1,49 @@
+"""Build a model from a Hugging Face directory of safetensors files."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from gpuworkers.engine.models import ARCHITECTURES
+from gpuworkers.engine.models.config import ModelConfig
+from gpuworkers.engine.models.layers import RotaryEmbedding
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_model(model_dir: str | Path, dtype: str, device: str, max_positions: int):
+    """Return (model, ModelConfig) with weights on ``device`` in ``dtype``."""
+    model_dir = Path(model_dir)
+    cfg = ModelConfig.from_dir(model_dir)
+    cls = ARCHITECTURES.get(cfg.architecture)
+    if cls is None:
+        raise ValueError(
+            f"unsupported architecture {cfg.architecture!r}; supported: {sorted(ARCHITECTURES)}"
+        )
+    torch_dtype = TORCH_DTYPES[dtype]
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors in {model_dir}")
+    started = time.monotonic()
+    tensors: dict[str, torch.Tensor] = {}
+    for path in files:
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            for name in handle.keys():  # noqa: SIM118 (safe_open is not a dict)
+                tensors[name] = handle.get_tensor(name).to(device=device, dtype=torch_dtype)
+    # Build on the meta device: random init of the real parameters would be
+    # thrown away by the checkpoint anyway.
+    with torch.device("meta"):
+        model = cls(cfg, torch_dtype)
+    model.rotary = RotaryEmbedding(
+        cfg.head_dim, max_positions, cfg.rope_theta, cfg.rope_scaling, torch_dtype
+    )
+    model.load_hf_state_dict(tensors, assign=True)
+    model.rotary.to(device)
+    model.eval()
+    model.load_seconds = time.monotonic() - started
+    return model, cfg
+
