@@ -1,0 +1,208 @@
+"""Scheduler and KV manager with tiny pools and no model.
+
+A fake step marks scheduled tokens computed and appends a made-up token to
+every sequence that samples, which is all the scheduler can observe.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from gpuworkers.engine.config import EngineConfig
+from gpuworkers.engine.kv_manager import KVCacheManager
+from gpuworkers.engine.sampling_params import SamplingParams
+from gpuworkers.engine.scheduler import Scheduler
+from gpuworkers.engine.sequence import Request, Sequence, SequenceStatus
+
+BLOCK = 4
+_ids = itertools.count()
+
+
+def make(num_blocks=16, host_blocks=16, **options):
+    config = EngineConfig(block_size=BLOCK, num_kv_blocks=num_blocks, **options)
+    kv = KVCacheManager(num_blocks, BLOCK, host_blocks, config.enable_prefix_caching, "m")
+    return Scheduler(config, kv, max_model_len=1024), kv
+
+
+def add(scheduler, prompt, max_tokens=4, priority=0, salt=None):
+    request = Request(f"r{next(_ids)}", list(prompt), SamplingParams(max_tokens=max_tokens), priority, None, salt)
+    seq = Sequence(next(_ids), request, 0, list(prompt), len(prompt))
+    request.seqs.append(seq)
+    scheduler.add(seq)
+    return seq
+
+
+def fake_step(scheduler, kv, token=7):
+    out = scheduler.schedule()
+    scheduler.on_step_done(out)
+    finished = []
+    for item in out.scheduled:
+        seq = item.seq
+        if item.needs_sample:
+            seq.token_ids.append(token)
+            if seq.num_output_tokens >= seq.request.params.max_tokens:
+                scheduler.remove(seq)
+                seq.status = SequenceStatus.FINISHED
+                finished.append(seq)
+    return out, finished
+
+
+def run_all(scheduler, kv, limit=500):
+    steps = 0
+    while scheduler.has_unfinished():
+        fake_step(scheduler, kv)
+        for seq in scheduler.running:
+            # Waste: allocated slots beyond the tokens held stay under a block.
+            assert len(seq.block_table) * BLOCK - seq.num_computed_tokens < BLOCK + 1
+        kv.allocator.check_invariants()
+        steps += 1
+        assert steps < limit
+    return steps
+
+
+def test_free_count_returns_to_total_after_all_requests_end():
+    scheduler, kv = make()
+    for length in (3, 9, 14, 5):
+        add(scheduler, range(100, 100 + length), max_tokens=6)
+    run_all(scheduler, kv)
+    assert kv.num_free == kv.num_total
+
+
+def test_waste_is_under_one_block_per_sequence():
+    scheduler, kv = make(num_blocks=64)
+    seqs = [add(scheduler, range(n), max_tokens=9) for n in (1, 4, 5, 17)]
+    for _ in range(6):
+        fake_step(scheduler, kv)
+        for seq in seqs:
+            if seq.status is SequenceStatus.RUNNING:
+                held = len(seq.block_table) * BLOCK
+                assert held - seq.num_computed_tokens <= BLOCK - 1 + 1  # +1: the slot being written
+
+
+def test_decodes_come_before_prefill_chunks_within_the_budget():
+    scheduler, kv = make(num_blocks=64, max_num_batched_tokens=8)
+    first = add(scheduler, range(3), max_tokens=5)
+    fake_step(scheduler, kv)  # prefill of the first request
+    second = add(scheduler, range(50, 70), max_tokens=5)
+    out, _ = fake_step(scheduler, kv)
+    assert out.scheduled[0].seq is first and out.scheduled[0].num_new_tokens == 1
+    assert out.scheduled[1].seq is second and out.scheduled[1].num_new_tokens == 7
+    assert out.num_batched_tokens <= 8
+
+
+def test_abort_frees_blocks_immediately():
+    scheduler, kv = make()
+    seq = add(scheduler, range(10), max_tokens=50)
+    fake_step(scheduler, kv)
+    assert kv.num_free < kv.num_total
+    scheduler.remove(seq)
+    assert kv.num_free == kv.num_total
+    assert not scheduler.has_unfinished()
+
+
+def test_reserve_policy_admits_only_what_can_finish():
+    scheduler, kv = make(num_blocks=8)
+    a = add(scheduler, range(4), max_tokens=12)  # reserves 4 blocks
+    b = add(scheduler, range(8), max_tokens=12)  # reserves 5 more: must wait
+    fake_step(scheduler, kv)
+    assert a.status is SequenceStatus.RUNNING and b.status is SequenceStatus.WAITING
+    run_all(scheduler, kv)
+    assert scheduler.num_preemptions == 0
+    assert kv.num_free == kv.num_total
+
+
+def test_optimistic_policy_preempts_lowest_priority_newest_by_swapping():
+    scheduler, kv = make(num_blocks=6, host_blocks=16, admission_policy="optimistic")
+    high = add(scheduler, range(4), max_tokens=12, priority=2)
+    low_old = add(scheduler, range(10, 14), max_tokens=12, priority=0)
+    low_new = add(scheduler, range(20, 24), max_tokens=12, priority=0)
+    preempted_first = None
+    while scheduler.has_unfinished():
+        fake_step(scheduler, kv)
+        if preempted_first is None and scheduler.swapped:
+            preempted_first = scheduler.swapped[0]
+        kv.allocator.check_invariants()
+    assert preempted_first is low_new
+    assert scheduler.num_swaps_out > 0 and scheduler.num_swaps_in == scheduler.num_swaps_out
+    assert scheduler.num_recomputes == 0
+    assert all(s.num_output_tokens == 12 for s in (high, low_old, low_new))
+    assert kv.num_free == kv.num_total and kv.host.num_free == kv.host.num_blocks
+
+
+def test_recompute_when_host_pool_is_full():
+    scheduler, kv = make(num_blocks=6, host_blocks=0, admission_policy="optimistic")
+    seqs = [add(scheduler, range(i * 10, i * 10 + 4), max_tokens=12) for i in range(3)]
+    run_all(scheduler, kv)
+    assert scheduler.num_recomputes > 0 and scheduler.num_swaps_out == 0
+    assert all(s.num_output_tokens == 12 for s in seqs)
+    assert kv.num_free == kv.num_total
+
+
+def test_prefix_cache_reuses_only_exact_leading_full_blocks():
+    scheduler, kv = make(num_blocks=32)
+    first = add(scheduler, range(10), max_tokens=1)
+    run_all(scheduler, kv)
+    assert first.num_cached_tokens == 0
+    same_prefix = add(scheduler, list(range(10)) + [99], max_tokens=1)
+    fake_step(scheduler, kv)
+    assert same_prefix.num_cached_tokens == 8  # two full blocks of 4
+    run_all(scheduler, kv)
+    different_start = add(scheduler, [5] + list(range(1, 10)), max_tokens=1)
+    fake_step(scheduler, kv)
+    assert different_start.num_cached_tokens == 0
+    run_all(scheduler, kv)
+    salted = add(scheduler, range(10), max_tokens=1, salt="tenant-b")
+    fake_step(scheduler, kv)
+    assert salted.num_cached_tokens == 0, "another tenant's salt never hits"
+    run_all(scheduler, kv)
+
+
+def test_ten_turn_conversation_prefills_only_new_tokens():
+    """Each turn recomputes its new tokens plus at most one partial block."""
+    scheduler, kv = make(num_blocks=256)
+    history = list(range(1000, 1020))  # system prompt
+    for turn in range(10):
+        history = history + [2000 + turn * 10 + i for i in range(7)]  # user message
+        seq = add(scheduler, history, max_tokens=5)
+        computed = 0
+        while scheduler.has_unfinished():
+            out, _ = fake_step(scheduler, kv)
+            computed += sum(i.num_new_tokens for i in out.scheduled if i.seq is seq and i.seq.num_output_tokens <= 1)
+        prompt_computed = len(history) - seq.num_cached_tokens
+        new_tokens = 7 if turn == 0 else 7 + 5  # user turn + last assistant reply
+        if turn == 0:
+            new_tokens += 20
+        assert prompt_computed <= new_tokens + BLOCK - 1, f"turn {turn}"
+        history = seq.token_ids  # the reply joins the history
+    assert kv.num_free == kv.num_total
+
+
+def test_copy_on_write_for_forked_choices():
+    scheduler, kv = make(num_blocks=16)
+    parent = add(scheduler, range(6), max_tokens=4)
+    fake_step(scheduler, kv)  # prompt computed: 6 tokens, second block partial
+    child = Sequence(next(_ids), parent.request, 1, list(parent.token_ids), parent.num_prompt_tokens)
+    kv.fork(parent, child)
+    child.status = SequenceStatus.RUNNING
+    parent.request.seqs.append(child)
+    scheduler.running.append(child)
+    shared_last = parent.block_table[-1]
+    assert kv.allocator.ref_count(shared_last) == 2
+    out, _ = fake_step(scheduler, kv)
+    assert out.copies, "the shared partial block is copied before either writes"
+    assert parent.block_table[-1] != child.block_table[-1]
+    assert parent.block_table[0] == child.block_table[0]  # full blocks stay shared
+    run_all(scheduler, kv)
+    assert kv.num_free == kv.num_total
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "priority"])
+def test_ordering_policy(policy):
+    scheduler, kv = make(num_blocks=64, max_num_seqs=1, scheduling_policy=policy)
+    low = add(scheduler, range(4), max_tokens=1, priority=0)
+    high = add(scheduler, range(10, 14), max_tokens=1, priority=5)
+    out, _ = fake_step(scheduler, kv)
+    expected = low if policy == "fcfs" else high
+    assert out.scheduled[0].seq is expected
