@@ -60,7 +60,7 @@ class ModelRunner:
         if not out.scheduled:
             return None
         input_ids, positions, logits_indices, meta = self.prepare(out)
-        self.backend.plan(meta)
+        self.backend.plan(meta, self.dtype)
         return self.model(input_ids, positions, self.kv_cache, meta, self.backend, logits_indices)
 
     def prepare(self, out: SchedulerOutput):

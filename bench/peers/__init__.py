@@ -1,0 +1,1 @@
+"""Peer runners for bench/engine.py: each runs in its own subprocess."""

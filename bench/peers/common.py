@@ -1,0 +1,224 @@
+"""Helpers shared by the peer runners: arguments, progress, timing, summaries.
+
+Standard library only: vLLM's runner imports this module from vLLM's own
+virtualenv, which has neither this project's packages nor its pins.
+
+Every step-driven peer (this engine, vLLM's LLMEngine) is wrapped in a
+``StepAdapter`` and driven by the same loop, so both are timed the same way:
+a token's time is when ``step()`` returned it, TTFT runs from ``add_request``
+to the first token, inter-token latency is the gap between a request's
+consecutive tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+def progress(peer: str, message: str) -> None:
+    print(f"[bench:{peer}] {message}", file=sys.stderr, flush=True)
+
+
+def runner_args(description: str) -> argparse.Namespace:
+    """The command line every runner takes from bench/engine.py."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--workload", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--phases", default="offline,multiturn")
+    parser.add_argument("--kv-cache-gib", type=float, default=2.0)
+    parser.add_argument("--hf-batch-size", type=int, default=16)
+    # JSON object of extra LLMEngine.from_pretrained options (engine runner).
+    parser.add_argument("--engine-options", default="{}")
+    return parser.parse_args()
+
+
+def write_result(path: Path, result: dict) -> None:
+    path.write_text(json.dumps(result, indent=1))
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def latency_summary(seconds: list[float]) -> dict:
+    """p50/p99/mean in milliseconds, and how many samples they stand on."""
+    if not seconds:
+        return {"p50_ms": None, "p99_ms": None, "mean_ms": None, "n": 0}
+    return {
+        "p50_ms": round(percentile(seconds, 50) * 1000, 2),
+        "p99_ms": round(percentile(seconds, 99) * 1000, 2),
+        "mean_ms": round(sum(seconds) / len(seconds) * 1000, 2),
+        "n": len(seconds),
+    }
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run whose output tokens/s is the median (the lower one for even N)."""
+    ordered = sorted(runs, key=lambda r: r["tok_s"])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+@dataclass(slots=True)
+class StepEvent:
+    """Tokens one request got from one step, and whether it ended there."""
+
+    request_id: str
+    token_ids: list[int]
+    finished: bool
+    num_cached_tokens: int | None = None
+
+
+class StepAdapter(Protocol):
+    def add(self, request_id: str, prompt: list[int], max_tokens: int, salt: str) -> None: ...
+
+    def step(self) -> list[StepEvent]: ...
+
+
+@dataclass(slots=True)
+class Track:
+    """One request's clock: when it was submitted and when each token came."""
+
+    prompt_len: int
+    max_tokens: int
+    submitted: float
+    token_times: list[float] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    num_cached_tokens: int | None = None
+    finished: float | None = None
+
+
+# Called after every step with (seconds the step took, its events, tracks).
+StepHook = Callable[[float, list[StepEvent], dict[str, Track]], None]
+# Called when a request finishes; may submit follow-up requests.
+FinishHook = Callable[[str, Track], None]
+
+
+class Driver:
+    """Runs a step-driven peer until every submitted request has finished."""
+
+    def __init__(self, adapter: StepAdapter, *, salt: str) -> None:
+        self.adapter = adapter
+        self.salt = salt
+        self.tracks: dict[str, Track] = {}
+        self.pending: set[str] = set()
+        self.steps = 0
+
+    def submit(self, request_id: str, prompt: list[int], max_tokens: int) -> None:
+        self.tracks[request_id] = Track(len(prompt), max_tokens, time.perf_counter())
+        self.pending.add(request_id)
+        self.adapter.add(request_id, prompt, max_tokens, self.salt)
+
+    def run(self, *, on_step: StepHook | None = None, on_finish: FinishHook | None = None):
+        while self.pending:
+            started = time.perf_counter()
+            events = self.adapter.step()
+            now = time.perf_counter()
+            self.steps += 1
+            for event in events:
+                track = self.tracks[event.request_id]
+                track.token_ids.extend(event.token_ids)
+                track.token_times.extend([now] * len(event.token_ids))
+                if event.num_cached_tokens is not None:
+                    track.num_cached_tokens = event.num_cached_tokens
+            if on_step is not None:
+                on_step(now - started, events, self.tracks)
+            for event in events:
+                if event.finished:
+                    track = self.tracks[event.request_id]
+                    track.finished = now
+                    self.pending.discard(event.request_id)
+                    if on_finish is not None:
+                        on_finish(event.request_id, track)
+
+    def summary(self, started: float) -> dict:
+        """Throughput and latency over every request this driver ran."""
+        tracks = list(self.tracks.values())
+        ended = max(t.finished for t in tracks)
+        tokens = sum(len(t.token_ids) for t in tracks)
+        ttft = [t.token_times[0] - t.submitted for t in tracks if t.token_times]
+        itl = [b - a for t in tracks for a, b in itertools.pairwise(t.token_times)]
+        short = [t for t in tracks if len(t.token_ids) != t.max_tokens]
+        cached = [t.num_cached_tokens for t in tracks if t.num_cached_tokens is not None]
+        return {
+            "requests": len(tracks),
+            "output_tokens": tokens,
+            "prompt_tokens": sum(t.prompt_len for t in tracks),
+            "elapsed_s": round(ended - started, 3),
+            "tok_s": round(tokens / (ended - started), 2),
+            "ttft": latency_summary(ttft),
+            "itl": latency_summary(itl),
+            "steps": self.steps,
+            # ignore_eos should make this 0; anything else means the peer
+            # stopped early and its tokens/s is not comparable.
+            "requests_short_of_max_tokens": len(short),
+            "prompt_tokens_cached": sum(cached) if cached else None,
+        }
+
+
+def run_offline(adapter: StepAdapter, workload, *, salt: str, on_step=None) -> dict:
+    """Submit every offline request at once and step until all are done."""
+    driver = Driver(adapter, salt=salt)
+    started = time.perf_counter()
+    for request in workload.offline:
+        driver.submit(request.request_id, request.prompt_token_ids, request.max_tokens)
+    driver.run(on_step=on_step)
+    return driver.summary(started)
+
+
+def run_multiturn(adapter: StepAdapter, workload, *, salt: str, on_step=None) -> dict:
+    """All conversations at once; each next turn is sent when the last ends.
+
+    Turn k's prompt is the system prompt, then every earlier user turn and
+    the peer's own answer to it, then user turn k.
+    """
+    driver = Driver(adapter, salt=salt)
+    history: dict[str, list[int]] = {}
+    turn_of: dict[str, tuple[str, int]] = {}
+    conversations = {c.conversation_id: c for c in workload.conversations}
+
+    def send(conversation_id: str, turn: int) -> None:
+        prompt = history[conversation_id] + conversations[conversation_id].user_turns[turn]
+        history[conversation_id] = prompt
+        request_id = f"{salt}-{conversation_id}-t{turn}"
+        turn_of[request_id] = (conversation_id, turn)
+        driver.submit(request_id, prompt, workload.turn_max_tokens)
+
+    def on_finish(request_id: str, track: Track) -> None:
+        conversation_id, turn = turn_of[request_id]
+        history[conversation_id] = history[conversation_id] + track.token_ids
+        if turn + 1 < len(conversations[conversation_id].user_turns):
+            send(conversation_id, turn + 1)
+
+    started = time.perf_counter()
+    for conversation_id in conversations:
+        history[conversation_id] = list(workload.system_prompt)
+        send(conversation_id, 0)
+    driver.run(on_step=on_step, on_finish=on_finish)
+    result = driver.summary(started)
+    result["prompt_tokens_sent"] = result["prompt_tokens"]
+    return result
+
+
+def set_thread_env(threads: int) -> None:
+    """OpenMP/MKL thread counts, set before torch is imported."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, str(threads))

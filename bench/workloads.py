@@ -1,0 +1,128 @@
+"""Seeded workloads for bench/engine.py, written once and read by every peer.
+
+Prompts are random token ids from the model's vocabulary with every special
+or added token left out: the figures measured here are throughput and
+latency, which do not depend on what the tokens say, and token ids make the
+prompts identical for all peers without any tokenizer round trip.
+
+Two workloads (issue 2):
+
+- ``offline``: N requests submitted at once, prompt lengths uniform in
+  [prompt_min, prompt_max], output lengths uniform in [out_min, out_max],
+  generated greedily with ``ignore_eos`` so every peer produces exactly the
+  requested number of tokens.
+- ``multiturn``: C conversations of T turns sharing one system prompt. Turn k
+  sends system + (user_1, answer_1, ..., user_k); each answer is the peer's
+  own generated tokens, so every peer sees the same prompt lengths, and the
+  blocks of earlier turns are what a prefix cache can reuse.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+@dataclass(slots=True)
+class OfflineRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int
+
+
+@dataclass(slots=True)
+class Conversation:
+    conversation_id: str
+    # One list of user token ids per turn; answers are generated at run time.
+    user_turns: list[list[int]]
+
+
+@dataclass(slots=True)
+class Workload:
+    """Everything a peer runner needs; serialised as JSON for the subprocess."""
+
+    seed: int
+    vocab_size: int
+    offline: list[OfflineRequest] = field(default_factory=list)
+    system_prompt: list[int] = field(default_factory=list)
+    conversations: list[Conversation] = field(default_factory=list)
+    turn_max_tokens: int = 64
+
+    def to_json(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self)))
+
+    @classmethod
+    def from_json(cls, path: Path) -> Workload:
+        raw = json.loads(Path(path).read_text())
+        return cls(
+            seed=raw["seed"],
+            vocab_size=raw["vocab_size"],
+            offline=[OfflineRequest(**r) for r in raw["offline"]],
+            system_prompt=raw["system_prompt"],
+            conversations=[Conversation(**c) for c in raw["conversations"]],
+            turn_max_tokens=raw["turn_max_tokens"],
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class WorkloadShape:
+    """Sizes of both workloads; ``FULL`` is issue 2's, ``QUICK`` a smoke run."""
+
+    num_requests: int
+    prompt_min: int
+    prompt_max: int
+    out_min: int
+    out_max: int
+    conversations: int
+    turns: int
+    system_tokens: int
+    user_tokens: int
+    turn_max_tokens: int
+
+
+FULL = WorkloadShape(64, 16, 1024, 8, 256, 16, 6, 256, 64, 64)
+QUICK = WorkloadShape(8, 16, 128, 8, 32, 4, 3, 64, 16, 16)
+
+
+def plain_token_ids(tokenizer, vocab_size: int) -> list[int]:
+    """Token ids that are neither special nor added (no <|im_end|>, no EOS)."""
+    excluded = set(tokenizer.all_special_ids)
+    excluded.update(int(i) for i in getattr(tokenizer, "added_tokens_decoder", {}))
+    return [i for i in range(vocab_size) if i not in excluded]
+
+
+def build_workload(
+    shape: WorkloadShape, *, allowed_ids: list[int], vocab_size: int, seed: int
+) -> Workload:
+    """Draw both workloads from one seeded generator: same seed, same prompts."""
+    rng = random.Random(seed)
+
+    def tokens(n: int) -> list[int]:
+        return [rng.choice(allowed_ids) for _ in range(n)]
+
+    offline = [
+        OfflineRequest(
+            request_id=f"off-{i}",
+            prompt_token_ids=tokens(rng.randint(shape.prompt_min, shape.prompt_max)),
+            max_tokens=rng.randint(shape.out_min, shape.out_max),
+        )
+        for i in range(shape.num_requests)
+    ]
+    system_prompt = tokens(shape.system_tokens)
+    conversations = [
+        Conversation(
+            conversation_id=f"conv-{c}",
+            user_turns=[tokens(shape.user_tokens) for _ in range(shape.turns)],
+        )
+        for c in range(shape.conversations)
+    ]
+    return Workload(
+        seed=seed,
+        vocab_size=vocab_size,
+        offline=offline,
+        system_prompt=system_prompt,
+        conversations=conversations,
+        turn_max_tokens=shape.turn_max_tokens,
+    )
