@@ -1,11 +1,10 @@
 """Sampling: greedy, truncation, and seeds that ignore batch composition."""
 
+import pytest
 import torch
 
 from gpuworkers.engine.sampler import SampleRequest, make_generator, sample
 from gpuworkers.engine.sampling_params import InvalidSamplingParams, SamplingParams
-
-import pytest
 
 
 def logits_rows(n, vocab=50, seed=0):

@@ -27,7 +27,9 @@ def make(num_blocks=16, host_blocks=16, **options):
 
 
 def add(scheduler, prompt, max_tokens=4, priority=0, salt=None):
-    request = Request(f"r{next(_ids)}", list(prompt), SamplingParams(max_tokens=max_tokens), priority, None, salt)
+    request = Request(
+        f"r{next(_ids)}", list(prompt), SamplingParams(max_tokens=max_tokens), priority, None, salt
+    )
     seq = Sequence(next(_ids), request, 0, list(prompt), len(prompt))
     request.seqs.append(seq)
     scheduler.add(seq)
@@ -169,7 +171,11 @@ def test_ten_turn_conversation_prefills_only_new_tokens():
         computed = 0
         while scheduler.has_unfinished():
             out, _ = fake_step(scheduler, kv)
-            computed += sum(i.num_new_tokens for i in out.scheduled if i.seq is seq and i.seq.num_output_tokens <= 1)
+            computed += sum(
+                i.num_new_tokens
+                for i in out.scheduled
+                if i.seq is seq and i.seq.num_output_tokens <= 1
+            )
         prompt_computed = len(history) - seq.num_cached_tokens
         new_tokens = 7 if turn == 0 else 7 + 5  # user turn + last assistant reply
         if turn == 0:
@@ -183,7 +189,9 @@ def test_copy_on_write_for_forked_choices():
     scheduler, kv = make(num_blocks=16)
     parent = add(scheduler, range(6), max_tokens=4)
     fake_step(scheduler, kv)  # prompt computed: 6 tokens, second block partial
-    child = Sequence(next(_ids), parent.request, 1, list(parent.token_ids), parent.num_prompt_tokens)
+    child = Sequence(
+        next(_ids), parent.request, 1, list(parent.token_ids), parent.num_prompt_tokens
+    )
     kv.fork(parent, child)
     child.status = SequenceStatus.RUNNING
     parent.request.seqs.append(child)

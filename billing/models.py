@@ -1,0 +1,87 @@
+"""Usage records: one row per response, written exactly once."""
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.utils import timezone
+
+
+class UsageRecord(models.Model):
+    """What one response consumed. ``response_id`` is the idempotency key.
+
+    The relay and the worker may both try to settle the same response (a
+    reconnect, a retried task); the unique constraint makes the second write
+    a no-op instead of a double charge.
+    """
+
+    class Source(models.TextChoices):
+        API = "api", "API"
+        CONSOLE = "console", "Console"
+
+    class Status(models.TextChoices):
+        COMPLETED = "completed", "Completed"
+        INCOMPLETE = "incomplete", "Incomplete"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    response_id = models.CharField(max_length=64, unique=True)
+    # PROTECT: usage is billing history and outlives neither tenants nor audits.
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.PROTECT, related_name="usage_records"
+    )
+    # Console requests are made with a session, not a key.
+    api_key = models.ForeignKey(
+        "tenants.ApiKey",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="usage_records",
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="usage_records",
+    )
+    model = models.CharField(max_length=128)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    status = models.CharField(max_length=16, choices=Status.choices)
+    # stop, length, content_filter, abort, error, ...; blank when none applies.
+    finish_reason = models.CharField(max_length=32, blank=True)
+    prompt_tokens = models.PositiveIntegerField()
+    # Prompt tokens served from the prefix cache (a subset of prompt_tokens).
+    cached_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField()
+    queue_time_ms = models.PositiveIntegerField(default=0)
+    # None when the response ended before its first token.
+    ttft_ms = models.PositiveIntegerField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    worker_id = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "created_at"], name="usage_tenant_created_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(cached_tokens__lte=models.F("prompt_tokens")),
+                name="usage_cached_within_prompt",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.response_id} {self.tenant_id} {self.total_tokens} tokens"
+
+    def clean(self) -> None:
+        super().clean()
+        if (
+            self.cached_tokens is not None
+            and self.prompt_tokens is not None
+            and self.cached_tokens > self.prompt_tokens
+        ):
+            raise ValidationError({"cached_tokens": "Cannot exceed prompt_tokens."})
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens

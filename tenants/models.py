@@ -1,0 +1,158 @@
+"""Tenants, tiers, memberships and API keys: who may call, and how much."""
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+
+
+def new_cache_salt() -> str:
+    return secrets.token_hex(16)
+
+
+def hash_api_key(raw_key: str) -> str:
+    """SHA-256 hex of the whole raw key, the only form of it that is stored."""
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+class Tier(models.Model):
+    """A service level: rate limits, quotas, context caps and scheduling share.
+
+    The three rows (free, pro, enterprise) are seeded by a data migration;
+    staff may tune the numbers in the admin.
+    """
+
+    name = models.SlugField(max_length=32, unique=True)
+    display_name = models.CharField(max_length=64)
+    rpm = models.PositiveIntegerField(help_text="Requests per minute.")
+    tpm = models.PositiveIntegerField(help_text="Tokens per minute (prompt + max_tokens).")
+    monthly_token_quota = models.PositiveBigIntegerField()
+    max_context_tokens = models.PositiveIntegerField()
+    max_output_tokens = models.PositiveIntegerField()
+    max_concurrent_requests = models.PositiveIntegerField()
+    # Weighted fair share of the engine's running slots and token budget.
+    scheduling_weight = models.DecimalField(max_digits=3, decimal_places=2)
+    # Engine priority: higher wins when preemption picks a victim.
+    priority = models.PositiveSmallIntegerField(default=0)
+    # Admission control rejects a request whose estimated wait exceeds this.
+    queue_sla_seconds = models.PositiveIntegerField()
+    # The OpenAI REST API serves paid tiers; the free tier is console-only.
+    api_access = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["priority", "name"]
+
+    def __str__(self) -> str:
+        return self.display_name or self.name
+
+
+class Tenant(models.Model):
+    name = models.CharField(max_length=128, unique=True)
+    slug = models.SlugField(max_length=128, unique=True)
+    tier = models.ForeignKey(Tier, on_delete=models.PROTECT, related_name="tenants")
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Mixed into prefix-cache block hashes so tenants never share KV blocks
+    # (a cache hit would leak timing about another tenant's prompts).
+    cache_salt = models.CharField(max_length=64, default=new_cache_salt, editable=False)
+    # Monthly spending cap in the billing currency; None means no cap.
+    monthly_budget = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        ADMIN = "admin", "Admin"
+        MEMBER = "member", "Member"
+
+    # A user belongs to exactly one tenant: the console needs no tenant picker.
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant", "user"]
+
+    def __str__(self) -> str:
+        return f"{self.user} @ {self.tenant} ({self.role})"
+
+
+class ApiKey(models.Model):
+    """An API key. The raw key is ``f"{prefix}.{secret}"``, shown once.
+
+    Only ``prefix`` (for lookup and display) and a SHA-256 of the whole raw
+    key are stored. A slow password hash (PBKDF2, argon2) defends guessable
+    human passwords; this secret is 32 random bytes, so brute force is out of
+    reach already and a fast hash keeps authentication off the hot path.
+    """
+
+    PREFIX_TAG = "sk-lp-"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=128)
+    prefix = models.CharField(max_length=32, unique=True, db_index=True)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    # Per-key overrides; None means the tier's limit applies.
+    rpm_limit = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+    tpm_limit = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    # min() rather than trusting the override: a tenant moved to a lower tier
+    # keeps its keys, and an override must never lift a key above its tier.
+    @property
+    def effective_rpm(self) -> int:
+        tier_rpm = self.tenant.tier.rpm
+        return tier_rpm if self.rpm_limit is None else min(self.rpm_limit, tier_rpm)
+
+    @property
+    def effective_tpm(self) -> int:
+        tier_tpm = self.tenant.tier.tpm
+        return tier_tpm if self.tpm_limit is None else min(self.tpm_limit, tier_tpm)
+
+    def clean(self) -> None:
+        super().clean()
+        if self.tenant_id is None:
+            return
+        tier = self.tenant.tier
+        errors = {}
+        if self.rpm_limit is not None and self.rpm_limit > tier.rpm:
+            errors["rpm_limit"] = f"Must not exceed the {tier.name} tier's rpm ({tier.rpm})."
+        if self.tpm_limit is not None and self.tpm_limit > tier.tpm:
+            errors["tpm_limit"] = f"Must not exceed the {tier.name} tier's tpm ({tier.tpm})."
+        if errors:
+            raise ValidationError(errors)
