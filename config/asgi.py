@@ -12,7 +12,16 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from django.conf import settings  # noqa: E402
+
 from inference.routing import websocket_urlpatterns  # noqa: E402
+
+if settings.EMBEDDED_ENGINE:
+    # Start loading and warming the in-process engine with the server, not
+    # on the first request, so the first chat does not wait for it.
+    from gpuworkers.embedded import ensure_started  # noqa: E402
+
+    ensure_started()
 
 application = ProtocolTypeRouter(
     {

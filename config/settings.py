@@ -49,6 +49,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "inference.middleware.RequestIdMiddleware",
+    "inference.middleware.ApiErrorFallbackMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -116,6 +117,13 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+# Shared cache: the relay keeps each response's route (owner, worker) here so
+# any web process can serve a stream resume. Embedded mode: per process.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    if REDIS_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
@@ -137,6 +145,9 @@ ENGINE_THREADS = env_int("ENGINE_THREADS", 0)  # 0: torch's default
 WORKER_HEARTBEAT_TTL = env_int("WORKER_HEARTBEAT_TTL", 6)
 # How long a finished response's event stream stays readable for resumes.
 RESPONSE_STREAM_TTL = env_int("RESPONSE_STREAM_TTL", 600)
+# Seconds a response stream may go without any event before the web tier
+# aborts it and ends it failed (inference.dispatch.stream_events).
+STREAM_IDLE_TIMEOUT = env_int("STREAM_IDLE_TIMEOUT", 300)
 
 LOGGING = {
     "version": 1,

@@ -108,16 +108,32 @@ class Bus(Protocol):
     async def read_events(
         self, response_id: str, after_seq: int, block_ms: int
     ) -> list[dict[str, Any]]:
-        """Events with seq > after_seq, waiting up to block_ms for the first."""
+        """Events with seq > after_seq, waiting up to block_ms for the first.
+
+        ``block_ms`` 0 means do not wait at all (unlike Redis' BLOCK 0).
+        """
         ...
 
     async def publish_if_open(self, response_id: str, event: dict[str, Any]) -> bool:
-        """Append a terminal event unless the stream already has one."""
+        """Append a terminal event unless the stream already has one.
+
+        The bus assigns ``seq`` (one past the stream's last event), atomically
+        with the check, so a worker finishing at the same moment and this
+        call never both land. True when this event became the terminal one.
+        """
         ...
 
     async def request_abort(self, worker_id: str, response_id: str) -> None: ...
 
-    async def list_workers(self) -> list[WorkerInfo]: ...
+    async def list_workers(self) -> list[WorkerInfo]:
+        """Workers with a live heartbeat; dead ones are dropped from the registry."""
+        ...
+
+    async def worker_alive(self, worker_id: str) -> bool:
+        """Whether the worker's heartbeat has not expired."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class WorkerBus(Protocol):
@@ -133,9 +149,18 @@ class WorkerBus(Protocol):
         """New requests and response ids to abort, waiting up to block_ms."""
         ...
 
-    def publish(self, response_id: str, event: dict[str, Any]) -> None: ...
+    def publish(self, response_id: str, event: dict[str, Any]) -> bool:
+        """Append one event; False when the stream already ended (dropped)."""
+        ...
 
-    def publish_many(self, batch: list[tuple[str, dict[str, Any]]]) -> None: ...
+    def publish_many(self, batch: list[tuple[str, dict[str, Any]]]) -> set[str]:
+        """Append events in order, in one round trip.
+
+        Events for a stream that already has a terminal event (the web tier
+        declared the worker lost, or gave up waiting) are dropped; their
+        response ids are returned so the worker can abort them.
+        """
+        ...
 
 
 async def iterate_events(

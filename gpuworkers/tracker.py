@@ -1,0 +1,225 @@
+"""Per-response bookkeeping: engine outputs in, stream events out.
+
+The tracker numbers each response's events (``created`` is seq 1), counts
+tokens for usage, times the response and queues events until the loop
+flushes them in one bus round trip. A response leaves the tracker with its
+terminal event, so it can never get a second one from this worker.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from inference.bus.base import EventType, GenerationRequest
+from inference.bus.events import (
+    created_event,
+    delta_event,
+    metrics_body,
+    terminal_event,
+    usage_body,
+)
+
+# Engine finish reasons a client sees on a choice; "abort" ends the response
+# as ``cancelled`` instead.
+CLIENT_FINISH_REASONS = frozenset({"stop", "length"})
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(max(seconds, 0.0) * 1000, 3)
+
+
+@lru_cache(maxsize=1)
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet reversed: vocabulary character -> byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    chars = list(printable)
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
+
+
+class TokenBytes:
+    """The raw bytes behind a vocabulary token, for logprob ``bytes`` fields.
+
+    Byte-level BPE vocabularies (GPT-2, Llama 3, SmolLM) spell bytes with a
+    printable alphabet ("Ġ" is a space, "Ã©" is the two bytes of "é");
+    SentencePiece ones use "▁" for a space and "<0xNN>" for raw bytes.
+    """
+
+    def __init__(self, tokenizer: Any | None):
+        self.byte_level = False
+        if tokenizer is not None:
+            ids = tokenizer.encode(" a", add_special_tokens=False)
+            self.byte_level = "Ġ" in "".join(tokenizer.convert_ids_to_tokens(ids))
+
+    def __call__(self, token: str) -> bytes:
+        if self.byte_level:
+            decoder = _byte_decoder()
+            if all(ch in decoder for ch in token):
+                return bytes(decoder[ch] for ch in token)
+        if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+            return bytes([int(token[3:5], 16)])
+        return token.replace("\u2581", " ").encode("utf-8")
+
+
+def _token_entry(raw: str, logprob: float, to_bytes: TokenBytes) -> dict[str, Any]:
+    data = to_bytes(raw)
+    # A token may hold part of a multi-byte character: show what decodes.
+    return {
+        "token": data.decode("utf-8", errors="replace"),
+        "logprob": logprob,
+        "bytes": list(data),
+    }
+
+
+def logprobs_body(logprobs: list[Any] | None, to_bytes: TokenBytes) -> list[dict[str, Any]] | None:
+    """Engine TokenLogprob records as OpenAI logprob content entries."""
+    if logprobs is None:
+        return None
+    return [
+        {
+            **_token_entry(lp.token, lp.logprob, to_bytes),
+            "top_logprobs": [_token_entry(tok, value, to_bytes) for _, tok, value in lp.top],
+        }
+        for lp in logprobs
+    ]
+
+
+@dataclass(slots=True)
+class _Response:
+    request: GenerationRequest
+    seq: int = 1
+    # Wall-clock times, comparable with request.created_at (set by the web tier).
+    added_at: float = field(default_factory=time.time)
+    first_token_at: float | None = None
+    engine_queue_time: float | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reasons: dict[str, str] = field(default_factory=dict)
+
+    def usage(self) -> dict[str, int]:
+        return usage_body(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cached_tokens=self.cached_tokens,
+        )
+
+    def metrics(self) -> dict[str, float | None]:
+        start = self.request.created_at
+        queue = None
+        if self.engine_queue_time is not None:
+            queue = (self.added_at - start) + self.engine_queue_time
+        ttft = None if self.first_token_at is None else self.first_token_at - start
+        return metrics_body(
+            queue_time_ms=_ms(queue), ttft_ms=_ms(ttft), duration_ms=_ms(time.time() - start)
+        )
+
+
+class ResponseTracker:
+    """The in-flight responses of one worker and their unpublished events."""
+
+    def __init__(self, *, worker_id: str, model: str, tokenizer: Any | None = None):
+        self.worker_id = worker_id
+        self.model = model
+        self.token_bytes = TokenBytes(tokenizer)
+        self.active: dict[str, _Response] = {}
+        self._batch: list[tuple[str, dict[str, Any]]] = []
+
+    def open(self, request: GenerationRequest) -> None:
+        """Start a response: queue its ``created`` event."""
+        response = _Response(request, prompt_tokens=len(request.prompt_token_ids))
+        self.active[request.response_id] = response
+        self._batch.append((request.response_id, self._created(request)))
+
+    def reject(self, request: GenerationRequest, error: dict[str, Any]) -> None:
+        """Answer a request that never reaches the engine: created, then failed."""
+        self.open(request)
+        self.fail(request.response_id, error)
+
+    def fail(self, response_id: str, error: dict[str, Any]) -> None:
+        """End a response with ``failed``, keeping the usage counted so far."""
+        response = self.active.pop(response_id, None)
+        if response is None:
+            return
+        response.seq += 1
+        event = terminal_event(
+            EventType.FAILED,
+            response.seq,
+            usage=response.usage(),
+            metrics=response.metrics(),
+            finish_reasons=response.finish_reasons,
+            error=error,
+        )
+        self._batch.append((response_id, event))
+
+    def forget(self, response_id: str) -> bool:
+        """Stop tracking without an event (the stream was ended elsewhere)."""
+        return self.active.pop(response_id, None) is not None
+
+    def on_output(self, output: Any) -> None:
+        """Turn one engine RequestOutput into a delta and maybe a terminal event."""
+        response = self.active.get(output.request_id)
+        if response is None:
+            return  # warm-up traffic, or a response already failed/forgotten
+        now = time.time()
+        response.prompt_tokens = output.num_prompt_tokens
+        response.cached_tokens = output.num_cached_tokens
+        if output.queue_time is not None:
+            response.engine_queue_time = output.queue_time
+        choices = []
+        for choice in output.choices:
+            response.completion_tokens += len(choice.token_ids)
+            if choice.token_ids and response.first_token_at is None:
+                response.first_token_at = now
+            reason = choice.finish_reason
+            if reason:
+                response.finish_reasons[str(choice.index)] = reason
+            client_reason = reason if reason in CLIENT_FINISH_REASONS else None
+            if choice.token_ids or choice.text or client_reason:
+                choices.append(
+                    {
+                        "index": choice.index,
+                        "text": choice.text,
+                        "token_ids": list(choice.token_ids),
+                        "logprobs": logprobs_body(choice.logprobs, self.token_bytes),
+                        "finish_reason": client_reason,
+                    }
+                )
+        if choices:
+            response.seq += 1
+            self._batch.append((output.request_id, delta_event(response.seq, choices)))
+        if output.finished:
+            self._finish(output.request_id, response)
+
+    def _finish(self, response_id: str, response: _Response) -> None:
+        del self.active[response_id]
+        aborted = "abort" in response.finish_reasons.values()
+        response.seq += 1
+        event = terminal_event(
+            EventType.CANCELLED if aborted else EventType.COMPLETED,
+            response.seq,
+            usage=response.usage(),
+            metrics=response.metrics(),
+            finish_reasons=dict(sorted(response.finish_reasons.items(), key=lambda kv: int(kv[0]))),
+        )
+        self._batch.append((response_id, event))
+
+    def take_batch(self) -> list[tuple[str, dict[str, Any]]]:
+        batch, self._batch = self._batch, []
+        return batch
+
+    def _created(self, request: GenerationRequest) -> dict[str, Any]:
+        return created_event(
+            response_id=request.response_id,
+            model=self.model,
+            worker_id=self.worker_id,
+            prompt_tokens=len(request.prompt_token_ids),
+        )

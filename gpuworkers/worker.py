@@ -1,0 +1,278 @@
+"""The worker loop: bus in, engine step, events out.
+
+One thread owns the engine (it is not thread-safe) and runs ``WorkerLoop``:
+poll the bus for new requests and aborts, run one ``engine.step()``, turn
+its outputs into events and publish them in one round trip. A second thread
+sends the heartbeat once a second from a stats snapshot the loop refreshes,
+so a long step never looks like a dead worker. Nothing here touches the
+database: the request path is bus, engine, bus.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from gpuworkers.tracker import ResponseTracker
+from inference.bus.base import BusUnavailable, GenerationRequest, WorkerBus, WorkerInfo, WorkerState
+from inference.bus.events import error_body
+
+logger = logging.getLogger(__name__)
+
+# Poll timeouts: idle, wait for work; busy, only take what is already there.
+IDLE_BLOCK_MS = 500
+BUSY_BLOCK_MS = 0
+HEARTBEAT_INTERVAL = 1.0
+# Consecutive failing steps after which the engine is considered broken.
+MAX_STEP_FAILURES = 5
+ENGINE_ERROR = error_body("The inference engine failed on this request", code="engine_error")
+DRAINING_ERROR = error_body(
+    "The worker is shutting down; retry the request", code="worker_draining"
+)
+SHUTDOWN_ERROR = error_body("The worker was shut down", code="worker_shutdown")
+
+
+class EngineBroken(RuntimeError):
+    """engine.step() keeps failing; the process should exit and be restarted."""
+
+
+class WorkerLoop:
+    """Serve one engine from one bus until stopped.
+
+    Args:
+        engine: an ``LLMEngine`` (or anything with its request API).
+        bus: the worker side of the bus.
+        worker_id: unique per process; the registry key.
+        model_name: the served model's name (``GenerationRequest.model``).
+    """
+
+    def __init__(
+        self,
+        engine: Any,
+        bus: WorkerBus,
+        worker_id: str,
+        model_name: str,
+        *,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL,
+        idle_block_ms: int = IDLE_BLOCK_MS,
+    ):
+        self.engine = engine
+        self.bus = bus
+        self.worker_id = worker_id
+        self.model_name = model_name
+        self.heartbeat_interval = heartbeat_interval
+        self.idle_block_ms = idle_block_ms
+        self.state = WorkerState.WARMING
+        self.tracker = ResponseTracker(
+            worker_id=worker_id, model=model_name, tokenizer=getattr(engine, "tokenizer", None)
+        )
+        self.ready = threading.Event()
+        # Set once the loop has left and deregistered.
+        self.stopped = threading.Event()
+        self._heartbeat_stop = threading.Event()
+        self._drain = threading.Event()
+        self._force = threading.Event()
+        self._stats: dict[str, Any] = {}
+        self._stats_at = 0.0
+        self._rate_samples: deque[tuple[float, int]] = deque()
+        self._step_failures = 0
+        self._bus_down_logged = False
+        self._extra = {"pid": os.getpid(), "host": socket.gethostname()}
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def run(self) -> None:
+        """Register, warm up, serve until drained or stopped, deregister."""
+        heartbeat = threading.Thread(
+            target=self._heartbeat_loop, name=f"heartbeat-{self.worker_id}", daemon=True
+        )
+        try:
+            self._refresh_stats(force=True)
+            self.bus.register(self.info())
+            heartbeat.start()
+            seconds = self.engine.warmup()
+            logger.info("worker %s warmed up in %.1fs", self.worker_id, seconds)
+            if not self._drain.is_set():  # a signal during warm-up wins
+                self.state = WorkerState.READY
+            self._refresh_stats(force=True)
+            self.bus.heartbeat(self.info())
+            self.ready.set()
+            while not self._finished():
+                self.run_once()
+            if self._force.is_set():
+                self._fail_all(SHUTDOWN_ERROR)
+            # Requests sent while the last ones finished: refuse, do not drop.
+            for request in self._poll(0, busy=True)[0]:
+                self.tracker.reject(request, DRAINING_ERROR)
+            self._flush()
+        finally:
+            self._heartbeat_stop.set()
+            # The heartbeat must be gone first, or it could re-register us.
+            if heartbeat.is_alive():
+                heartbeat.join(timeout=self.heartbeat_interval + 5)
+            try:
+                self.bus.deregister(self.worker_id)
+            except BusUnavailable:
+                logger.warning("worker %s: could not deregister, bus down", self.worker_id)
+            self.stopped.set()
+            self.ready.set()  # nobody waits forever on a worker that died warming
+
+    def request_drain(self) -> None:
+        """Stop taking requests, finish running ones, then leave (SIGTERM)."""
+        self.state = WorkerState.DRAINING
+        self._drain.set()
+
+    def request_stop(self) -> None:
+        """Leave now; in-flight requests end with ``failed`` (second signal)."""
+        self.request_drain()
+        self._force.set()
+
+    def _finished(self) -> bool:
+        if self._force.is_set():
+            return True
+        return self._drain.is_set() and not self.tracker.active
+
+    # -- one iteration ----------------------------------------------------------
+
+    def run_once(self) -> None:
+        """Poll, admit, abort, step, publish: one engine iteration."""
+        busy = self.engine.has_unfinished_requests()
+        requests, aborts = self._poll(BUSY_BLOCK_MS if busy else self.idle_block_ms, busy)
+        for request in requests:
+            self._admit(request)
+        if requests:
+            # ``created`` goes out now, not after a possibly long prefill step.
+            self._flush()
+        for response_id in aborts:
+            if response_id in self.tracker.active:
+                self.engine.abort(response_id)
+        if self.engine.has_unfinished_requests():
+            self._step()
+        self._flush()
+        self._refresh_stats()
+
+    def _poll(self, block_ms: int, busy: bool) -> tuple[list[GenerationRequest], list[str]]:
+        try:
+            polled = self.bus.poll(self.worker_id, block_ms)
+        except BusUnavailable as exc:
+            if not self._bus_down_logged:
+                logger.error("worker %s: bus unavailable: %s", self.worker_id, exc)
+                self._bus_down_logged = True
+            if not busy:
+                time.sleep(0.5)
+            return [], []
+        self._bus_down_logged = False
+        return polled
+
+    def _admit(self, request: GenerationRequest) -> None:
+        if self._drain.is_set():
+            self.tracker.reject(request, DRAINING_ERROR)
+            return
+        from gpuworkers.engine import SamplingParams
+
+        self.tracker.open(request)
+        try:
+            params = SamplingParams(**request.sampling)
+            self.engine.add_request(
+                request.response_id,
+                list(request.prompt_token_ids),
+                params,
+                priority=request.priority,
+                cache_salt=request.cache_salt,
+                tier=request.tier,
+            )
+        except (ValueError, TypeError) as exc:
+            # The API validates first; this is the engine's last word.
+            error = error_body(
+                str(exc), type="invalid_request_error", param=getattr(exc, "param", None)
+            )
+            self.tracker.fail(request.response_id, error)
+
+    def _step(self) -> None:
+        try:
+            outputs = self.engine.step()
+        except Exception:
+            logger.exception("worker %s: engine step failed", self.worker_id)
+            self._step_failures += 1
+            self._fail_all(ENGINE_ERROR)
+            if self._step_failures >= MAX_STEP_FAILURES:
+                raise EngineBroken(f"{self._step_failures} engine steps failed in a row") from None
+            return
+        self._step_failures = 0
+        for output in outputs:
+            self.tracker.on_output(output)
+
+    def _fail_all(self, error: dict[str, Any]) -> None:
+        """End every in-flight response with ``failed`` and drop it from the engine."""
+        for response_id in list(self.tracker.active):
+            self.tracker.fail(response_id, error)
+            try:
+                self.engine.abort(response_id)
+            except Exception:
+                logger.exception("worker %s: abort of %s failed", self.worker_id, response_id)
+        self._flush()
+
+    def _flush(self) -> None:
+        batch = self.tracker.take_batch()
+        if not batch:
+            return
+        try:
+            closed = self.bus.publish_many(batch)
+        except BusUnavailable:
+            # These events are lost, so their streams are broken: the web tier
+            # fails them on its side; stop spending compute on them.
+            closed = {response_id for response_id, _ in batch}
+            logger.error("worker %s: bus down, dropping %d streams", self.worker_id, len(closed))
+        for response_id in closed:
+            # Someone else ended the stream (worker presumed lost, reader gave up).
+            if self.tracker.forget(response_id):
+                self.engine.abort(response_id)
+
+    # -- heartbeat --------------------------------------------------------------
+
+    def info(self) -> WorkerInfo:
+        stats = self._stats
+        return WorkerInfo(
+            worker_id=self.worker_id,
+            model=self.model_name,
+            state=self.state,
+            running=stats.get("running", 0),
+            waiting=stats.get("waiting", 0),
+            swapped=stats.get("swapped", 0),
+            kv_blocks_used=stats.get("kv_blocks_used", 0),
+            kv_blocks_total=stats.get("kv_blocks_total", 0),
+            queued_tokens=stats.get("queued_prompt_tokens", 0),
+            tokens_per_second=stats.get("tokens_per_second", 0.0),
+            extra={**self._extra, **stats, "max_model_len": self.engine.max_model_len},
+        )
+
+    def _refresh_stats(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._stats_at < 0.1:
+            return
+        stats = dict(self.engine.stats())
+        generated = stats.get("generated_tokens", 0)
+        samples = self._rate_samples
+        samples.append((now, generated))
+        while len(samples) > 2 and now - samples[0][0] > 10.0:
+            samples.popleft()
+        span = now - samples[0][0]
+        rate = (generated - samples[0][1]) / span if span > 0 else 0.0
+        stats["tokens_per_second"] = round(max(rate, 0.0), 2)
+        # One reference swap: the heartbeat thread never sees a half-built dict.
+        self._stats = stats
+        self._stats_at = now
+
+    def _heartbeat_loop(self) -> None:
+        while not self._heartbeat_stop.wait(self.heartbeat_interval):
+            try:
+                self.bus.heartbeat(self.info())
+            except BusUnavailable:
+                pass  # logged by the loop; the next beat retries
+            except Exception:
+                logger.exception("worker %s: heartbeat failed", self.worker_id)

@@ -1,0 +1,123 @@
+"""The OpenAI-compatible endpoints under /v1/.
+
+Each endpoint authenticates (ninja auth), lets ninja validate the body, calls
+one service and returns. Errors are raised as inference.errors classes and
+mapped to OpenAI's shape in one place (``install_error_handlers``).
+"""
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest
+from ninja import Header, NinjaAPI, Router
+
+from inference import relay, selectors, services
+from inference.auth import api_key_auth
+from inference.errors import ModelNotFound, install_error_handlers
+from inference.schemas import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ErrorResponse,
+    ModelList,
+    ModelObject,
+)
+
+OWNED_BY = "llm-platform"
+ERRORS = {code: ErrorResponse for code in (400, 401, 403, 404, 413, 429, 500, 503)}
+STREAM_DOC = {
+    "description": "A chat.completion, or with stream=true a text/event-stream of "
+    "chat.completion.chunk frames ending in `data: [DONE]`.",
+    "responses": {
+        200: {
+            "content": {
+                "text/event-stream": {
+                    "schema": {"$ref": "#/components/schemas/ChatCompletionChunk"}
+                }
+            }
+        }
+    },
+}
+
+RESUME_DOC = {
+    "responses": {
+        200: {
+            "description": "A text/event-stream of chat.completion.chunk frames.",
+            "content": {
+                "text/event-stream": {
+                    "schema": {"$ref": "#/components/schemas/ChatCompletionChunk"}
+                }
+            },
+        }
+    }
+}
+
+router = Router(auth=api_key_auth)
+
+
+def _model_object(model) -> dict:
+    return {
+        "id": model.name,
+        "object": "model",
+        "created": int(model.created_at.timestamp()),
+        "owned_by": OWNED_BY,
+    }
+
+
+@router.get("/models", response={200: ModelList, **ERRORS}, tags=["models"])
+async def list_models(request: HttpRequest):
+    """The models this key's tier may use."""
+    models = await sync_to_async(list)(selectors.served_model_list(tier=request.auth.tenant.tier))
+    return {"object": "list", "data": [_model_object(m) for m in models]}
+
+
+@router.get("/models/{path:model_id}", response={200: ModelObject, **ERRORS}, tags=["models"])
+async def retrieve_model(request: HttpRequest, model_id: str):
+    model = await sync_to_async(selectors.served_model_get)(
+        name=model_id, tier=request.auth.tenant.tier
+    )
+    if model is None:
+        raise ModelNotFound(model_id)
+    return _model_object(model)
+
+
+@router.post(
+    "/chat/completions",
+    response={200: ChatCompletion, **ERRORS},
+    tags=["chat"],
+    openapi_extra=STREAM_DOC,
+)
+async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRequest):
+    """Create a chat completion; ``stream: true`` answers Server-Sent Events."""
+    tap = await services.chat_completion_start(api_key=request.auth, request=payload)
+    if payload.stream:
+        return await relay.stream_response(tap)
+    return await relay.completion_response(tap)
+
+
+@router.api_operation(
+    ["GET", "POST"],
+    "/chat/completions/{response_id}/events",
+    response={200: ChatCompletionChunk, **ERRORS},
+    tags=["chat"],
+    openapi_extra=RESUME_DOC,
+)
+async def resume_chat_completion(
+    request: HttpRequest,
+    response_id: str,
+    last_event_id: str | None = Header(None, alias="Last-Event-ID"),
+    after: int | None = None,
+):
+    """Resume a streamed response after the event ``Last-Event-ID`` (or ``?after=``).
+
+    Frames are those of the original stream after that event, ending in
+    `data: [DONE]`; without either, the whole stream from the start. Works
+    while the response's events are kept (RESPONSE_STREAM_TTL seconds).
+    """
+    after_seq = relay.parse_last_event_id(last_event_id) if after is None else max(0, after)
+    tap = await services.chat_completion_resume(api_key=request.auth, response_id=response_id)
+    return await relay.stream_response(tap, after_seq=after_seq)
+
+
+def register(api: NinjaAPI) -> None:
+    """Mount the endpoints and the error mapping on the project's API."""
+    install_error_handlers(api)
+    api.add_router("/", router)

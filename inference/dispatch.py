@@ -1,0 +1,218 @@
+"""Hand admitted requests to GPU workers and read their event streams back.
+
+What the API layer calls (all async): ``dispatch_request`` picks a ready
+worker for the model and enqueues the request, ``stream_events`` yields the
+response's events through the terminal one, ``cancel_request`` asks the
+worker to stop. ``stream_events`` never hangs: a worker whose heartbeat
+lapses, a stream with no progress for too long and a bus that stays down
+all end the stream with a ``failed`` event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from django.conf import settings
+
+from inference.bus import get_bus
+from inference.bus.base import (
+    TERMINAL_EVENTS,
+    Bus,
+    BusUnavailable,
+    EventType,
+    GenerationRequest,
+    WorkerInfo,
+    WorkerState,
+)
+from inference.bus.events import error_body, terminal_event, usage_from_events, worker_lost_error
+
+__all__ = [
+    "BusUnavailable",
+    "NoWorkerAvailable",
+    "cancel_request",
+    "dispatch_request",
+    "get_bus",
+    "stream_events",
+    "wait_for_terminal",
+]
+
+# One read waits this long before the worker's heartbeat is checked.
+POLL_MS = 1000
+# Seconds the bus may stay unreachable before an open stream is failed.
+BUS_GRACE_SECONDS = 3.0
+# A worker whose KV cache is this full is picked only if all others are too.
+KV_NEARLY_FULL = 0.95
+# Seconds the first request waits for the embedded engine to load and warm.
+EMBEDDED_READY_TIMEOUT = 600.0
+
+
+class NoWorkerAvailable(RuntimeError):
+    """No ready worker serves the model; the API answers 503."""
+
+    def __init__(self, model: str, reason: str | None = None):
+        super().__init__(reason or f"No ready worker is serving model '{model}'")
+        self.model = model
+
+
+# worker_id -> [heartbeat_at seen, requests sent since, prompt tokens sent
+# since]. Heartbeats come once a second; without this a burst of requests
+# would all land on whichever worker looked idlest at the last beat.
+_sent_since_heartbeat: dict[str, list[float]] = {}
+
+
+def _load_key(info: WorkerInfo) -> tuple[bool, float, float]:
+    sent = _sent_since_heartbeat.get(info.worker_id)
+    extra_n, extra_tokens = (sent[1], sent[2]) if sent and sent[0] == info.heartbeat_at else (0, 0)
+    return (
+        info.kv_usage >= KV_NEARLY_FULL,
+        info.running + info.waiting + extra_n,
+        info.queued_tokens + extra_tokens,
+    )
+
+
+def _note_sent(info: WorkerInfo, prompt_tokens: int) -> None:
+    sent = _sent_since_heartbeat.get(info.worker_id)
+    if sent is None or sent[0] != info.heartbeat_at:
+        sent = _sent_since_heartbeat[info.worker_id] = [info.heartbeat_at, 0, 0]
+    sent[1] += 1
+    sent[2] += prompt_tokens
+
+
+async def _ensure_embedded_ready() -> None:
+    from gpuworkers import embedded
+
+    worker = embedded.ensure_started()
+    if not worker.ready.is_set():
+        await asyncio.to_thread(worker.wait_ready, EMBEDDED_READY_TIMEOUT)
+    if worker.error is not None:
+        raise NoWorkerAvailable(
+            settings.DEMO_MODEL_NAME, f"The embedded engine failed to start: {worker.error}"
+        )
+
+
+async def dispatch_request(request: GenerationRequest, *, bus: Bus | None = None) -> WorkerInfo:
+    """Enqueue ``request`` on the least loaded ready worker serving its model.
+
+    Raises NoWorkerAvailable when no ready worker serves the model and
+    BusUnavailable when Redis cannot be reached (both are 503s).
+    """
+    if settings.EMBEDDED_ENGINE:
+        await _ensure_embedded_ready()
+    bus = bus or get_bus()
+    registry = await bus.list_workers()
+    for gone in _sent_since_heartbeat.keys() - {w.worker_id for w in registry}:
+        _sent_since_heartbeat.pop(gone, None)
+    workers = [w for w in registry if w.model == request.model and w.state == WorkerState.READY]
+    if not workers:
+        raise NoWorkerAvailable(request.model)
+    worker = min(workers, key=_load_key)
+    await bus.submit(worker.worker_id, request)
+    _note_sent(worker, len(request.prompt_token_ids))
+    return worker
+
+
+async def cancel_request(response_id: str, *, worker_id: str, bus: Bus | None = None) -> None:
+    """Ask the worker to abort; it answers with a ``cancelled`` terminal event."""
+    await (bus or get_bus()).request_abort(worker_id, response_id)
+
+
+async def _close_stream(bus: Bus, response_id: str, error: dict[str, Any]) -> None:
+    """Write a ``failed`` terminal unless the worker got there first."""
+    seen = await bus.read_events(response_id, 0, 0)
+    event = terminal_event(EventType.FAILED, 0, usage=usage_from_events(seen), error=error)
+    await bus.publish_if_open(response_id, event)
+
+
+async def stream_events(
+    response_id: str,
+    *,
+    worker_id: str,
+    after_seq: int = 0,
+    bus: Bus | None = None,
+    idle_timeout: float | None = None,
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield the events after ``after_seq``, through the terminal one.
+
+    A lost worker (heartbeat expired) ends the stream with ``failed``
+    (code ``worker_lost``) a heartbeat TTL plus about a second after its
+    death; ``idle_timeout`` seconds without any event aborts the request
+    and fails the stream (``stream_timeout``). Both are written to the
+    stream itself, so a resuming client sees the same ending.
+    """
+    bus = bus or get_bus()
+    if idle_timeout is None:
+        idle_timeout = float(settings.STREAM_IDLE_TIMEOUT)
+    seq = after_seq
+    last_progress = time.monotonic()
+    bus_down_since: float | None = None
+    while True:
+        try:
+            events = await bus.read_events(response_id, seq, POLL_MS)
+            if not events:
+                await _check_stalled(bus, response_id, worker_id, last_progress, idle_timeout)
+            bus_down_since = None
+        except BusUnavailable:
+            now = time.monotonic()
+            bus_down_since = bus_down_since or now
+            if now - bus_down_since >= BUS_GRACE_SECONDS:
+                # Not on the stream (the bus is down): only this reader sees it.
+                yield terminal_event(EventType.FAILED, seq + 1, error=_bus_lost_error())
+                return
+            await asyncio.sleep(0.25)
+            continue
+        for event in events:
+            seq = event["seq"]
+            yield event
+            if event["type"] in TERMINAL_EVENTS:
+                return
+        if events:
+            last_progress = time.monotonic()
+
+
+async def _check_stalled(
+    bus: Bus, response_id: str, worker_id: str, last_progress: float, idle_timeout: float
+) -> None:
+    if not await bus.worker_alive(worker_id):
+        await _close_stream(bus, response_id, worker_lost_error())
+    elif time.monotonic() - last_progress >= idle_timeout:
+        await bus.request_abort(worker_id, response_id)
+        message = f"The response made no progress for {idle_timeout:.0f} seconds"
+        await _close_stream(bus, response_id, error_body(message, code="stream_timeout"))
+
+
+def _bus_lost_error() -> dict[str, Any]:
+    return error_body(
+        "The message bus became unavailable; the response stream was lost",
+        code="bus_unavailable",
+    )
+
+
+async def wait_for_terminal(
+    response_id: str,
+    *,
+    worker_id: str,
+    after_seq: int = 0,
+    timeout: float = 30.0,
+    bus: Bus | None = None,
+) -> dict[str, Any] | None:
+    """Drain the stream and return its terminal event (None on timeout).
+
+    For a relay whose client left: after ``cancel_request`` the
+    ``cancelled`` event carries the usage to record.
+    """
+
+    async def drain() -> dict[str, Any] | None:
+        async for event in stream_events(
+            response_id, worker_id=worker_id, after_seq=after_seq, bus=bus
+        ):
+            if event["type"] in TERMINAL_EVENTS:
+                return event
+        return None
+
+    try:
+        return await asyncio.wait_for(drain(), timeout)
+    except TimeoutError:
+        return None

@@ -1,0 +1,101 @@
+"""Request ids on every response, and OpenAI-shaped errors for all of /v1/.
+
+A sane incoming ``X-Request-ID`` (from a proxy or the client) is echoed so
+logs on both sides join up; anything else gets a fresh id. The id is kept on
+``request.request_id`` for the code that logs or forwards it.
+
+Errors the API's own handlers never see (no route matched, a method the
+route does not accept) are produced by Django and ninja as HTML or plain
+text; ``ApiErrorFallbackMiddleware`` rewrites those under /v1/.
+"""
+
+import re
+import uuid
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest, HttpResponseBase
+
+from inference.errors import MethodNotAllowed, NotFound, ServerError, error_response
+
+REQUEST_ID_HEADER = "x-request-id"
+# Echoing arbitrary bytes into a response header invites header injection
+# and log forging; accept only short ids made of safe characters.
+_SANE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+def new_request_id() -> str:
+    return f"req_{uuid.uuid4().hex}"
+
+
+def request_id_for(request: HttpRequest) -> str:
+    incoming = request.headers.get(REQUEST_ID_HEADER, "")
+    return incoming if _SANE_ID.match(incoming) else new_request_id()
+
+
+class RequestIdMiddleware:
+    """Outermost middleware, so error pages from the inner layers get the id too."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        # Under ASGI the whole chain is async; staying async avoids a thread
+        # hop per request and keeps streaming responses on the event loop.
+        if iscoroutinefunction(self.get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest):
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        request.request_id = request_id_for(request)
+        return self._stamp(request, self.get_response(request))
+
+    async def __acall__(self, request: HttpRequest):
+        request.request_id = request_id_for(request)
+        return self._stamp(request, await self.get_response(request))
+
+    @staticmethod
+    def _stamp(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+        response[REQUEST_ID_HEADER] = request.request_id
+        return response
+
+
+API_PREFIX = "/v1/"
+
+
+class ApiErrorFallbackMiddleware:
+    """Non-JSON 404, 405 and 500 responses under /v1/ -> OpenAI's error shape."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        if iscoroutinefunction(self.get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest):
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        return self._reshape(request, self.get_response(request))
+
+    async def __acall__(self, request: HttpRequest):
+        return self._reshape(request, await self.get_response(request))
+
+    @staticmethod
+    def _reshape(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+        if not request.path.startswith(API_PREFIX) or response.status_code not in (404, 405, 500):
+            return response
+        if response.get("Content-Type", "").startswith("application/json"):
+            return response
+        where = f"{request.method} {request.path}"
+        if response.status_code == 404:
+            error = NotFound(f"Invalid URL ({where})")
+        elif response.status_code == 405:
+            allowed = response.get("Allow", "")
+            error = MethodNotAllowed(f"Method not allowed ({where}); allowed: {allowed}.")
+            error.headers["Allow"] = allowed
+        else:
+            error = ServerError()
+        return error_response(error)

@@ -1,0 +1,291 @@
+"""The relay: a response's bus events -> SSE frames or one JSON completion.
+
+One background task per response (``ResponseTap``) reads the event stream,
+settles usage at the terminal event and feeds the HTTP response through a
+queue. The task does not belong to the HTTP request, so a client that
+disconnects still gets its usage recorded: the relay asks the worker to
+abort and the tap records the tokens of the ``cancelled`` ending.
+
+SSE: each frame carries ``id: <seq>`` of the bus event it came from (on the
+last frame of that event's group), so a client that lost the connection
+resumes with ``GET /v1/chat/completions/{id}/events`` and ``Last-Event-ID``
+and gets exactly the frames after that event. Streams end with
+``data: [DONE]``; an error after the first byte is a ``data: {"error": ...}``
+frame before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.http import JsonResponse, StreamingHttpResponse
+
+from inference.bus.base import TERMINAL_EVENTS, EventType
+from inference.bus.events import error_body, terminal_event, usage_body
+from inference.dispatch import cancel_request, stream_events
+from inference.errors import APIError, InvalidRequest, ServerError, ServiceUnavailable
+from inference.openai_format import ChunkStream, CompletionBuilder, UsageLedger, UsageSummary
+
+logger = logging.getLogger(__name__)
+
+# An SSE comment this often keeps idle proxies from closing a slow stream
+# and makes a vanished client show up as a failed write.
+KEEPALIVE_SECONDS = 15.0
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+# Background tasks must be referenced until done: the event loop keeps only
+# weak references, and a collected task would drop a usage record.
+_background: set[asyncio.Task] = set()
+
+
+def spawn(coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+    task = asyncio.get_running_loop().create_task(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return task
+
+
+async def drain_background(timeout: float = 30.0) -> None:
+    """Wait for the relay's background tasks (tests, graceful shutdown)."""
+    pending = [t for t in _background if not t.done()]
+    if pending:
+        await asyncio.wait(pending, timeout=timeout)
+
+
+def route_cache_key(response_id: str) -> str:
+    return f"inference:route:{response_id}"
+
+
+@dataclass(slots=True)
+class ResponseRoute:
+    """Who owns a response, where it runs and how its stream is rendered."""
+
+    response_id: str
+    tenant_id: int
+    api_key_id: int | None
+    model: str
+    worker_id: str
+    n: int
+    logprobs: bool
+    include_usage: bool
+    created: int
+    prompt_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ResponseRoute:
+        return cls(**data)
+
+
+class ResponseTap:
+    """Reads one response's events once, in a task of its own."""
+
+    __slots__ = ("route", "headers", "task", "_queue", "_on_terminal", "_ended", "_abort")
+
+    def __init__(
+        self,
+        route: ResponseRoute,
+        *,
+        on_terminal: Callable[[ResponseRoute, UsageSummary], Awaitable[None]] | None,
+        abort_on_abandon: bool,
+    ):
+        self.route = route
+        # Extra response headers (rate-limit state) set before the response starts.
+        self.headers: dict[str, str] = {}
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._on_terminal = on_terminal
+        self._ended = False
+        self._abort = abort_on_abandon
+        self.task: asyncio.Task | None = None
+
+    @classmethod
+    def start(
+        cls,
+        route: ResponseRoute,
+        *,
+        on_terminal: Callable[[ResponseRoute, UsageSummary], Awaitable[None]] | None = None,
+        abort_on_abandon: bool = True,
+    ) -> ResponseTap:
+        tap = cls(route, on_terminal=on_terminal, abort_on_abandon=abort_on_abandon)
+        tap.task = spawn(tap._run())
+        return tap
+
+    async def _run(self) -> None:
+        ledger = UsageLedger()
+        terminal = None
+        try:
+            async for event in stream_events(
+                self.route.response_id, worker_id=self.route.worker_id
+            ):
+                ledger.add(event)
+                # stream_events ends right after the terminal event.
+                if event["type"] in TERMINAL_EVENTS:
+                    terminal = event
+                else:
+                    self._queue.put_nowait(event)
+        except asyncio.CancelledError:
+            # Shutting down, or a resume reader whose client left: readers
+            # must still see an ending, never hang.
+            self._end(terminal or _interrupted(ledger))
+            raise
+        except Exception:
+            logger.exception("Reading the events of %s failed", self.route.response_id)
+        final = terminal or _interrupted(ledger)
+        if self._on_terminal is not None:
+            try:
+                await self._on_terminal(self.route, ledger.summary(final))
+            except Exception:
+                logger.exception("Settling the usage of %s failed", self.route.response_id)
+        # Enqueued after settling, so a client that saw the end of its
+        # response can already read its usage record.
+        self._end(final)
+
+    def _end(self, terminal: dict[str, Any]) -> None:
+        self._ended = True
+        self._queue.put_nowait(terminal)
+
+    async def next_event(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """The next event, or None when ``timeout`` passes first."""
+        if timeout is None:
+            return await self._queue.get()
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    def abandon(self) -> None:
+        """The client left before the end: abort the generation (or stop reading)."""
+        if self._ended:
+            return
+        if self._abort:
+            spawn(_cancel_quietly(self.route))
+        elif self.task is not None:
+            self.task.cancel()
+
+
+def _interrupted(ledger: UsageLedger) -> dict[str, Any]:
+    """A ``failed`` ending for a stream that could not be read to its end."""
+    usage = usage_body(
+        prompt_tokens=ledger.prompt_tokens, completion_tokens=ledger.completion_tokens
+    )
+    error = error_body("The response stream was interrupted", code="stream_interrupted")
+    return terminal_event(EventType.FAILED, ledger.last_seq + 1, usage=usage, error=error)
+
+
+async def _cancel_quietly(route: ResponseRoute) -> None:
+    try:
+        await cancel_request(route.response_id, worker_id=route.worker_id)
+    except Exception:
+        logger.warning("Could not cancel %s", route.response_id, exc_info=True)
+
+
+def failed_error(event: dict[str, Any]) -> APIError:
+    """The HTTP error for a response that failed before its first byte."""
+    error = event.get("error") or {}
+    message = error.get("message") or "The response failed."
+    if event["type"] == EventType.CANCELLED:
+        return ServiceUnavailable(
+            "The response was cancelled before it finished.", code="cancelled"
+        )
+    if error.get("type") == "invalid_request_error":
+        return InvalidRequest(message, param=error.get("param"), code=error.get("code"))
+    return ServerError(message, code=error.get("code"))
+
+
+async def completion_response(tap: ResponseTap) -> JsonResponse:
+    """Wait for the whole response and answer one ``chat.completion``."""
+    route = tap.route
+    builder = CompletionBuilder(
+        route.response_id, route.model, route.created, route.n, route.logprobs
+    )
+    try:
+        while True:
+            event = await tap.next_event()
+            builder.add(event)
+            if event["type"] in TERMINAL_EVENTS:
+                break
+    except asyncio.CancelledError:
+        tap.abandon()
+        raise
+    if event["type"] in (EventType.FAILED, EventType.CANCELLED):
+        raise failed_error(event)
+    return _with_headers(JsonResponse(builder.result(event)), tap.headers)
+
+
+async def stream_response(tap: ResponseTap, *, after_seq: int = 0) -> StreamingHttpResponse:
+    """Answer SSE; waits for the first event so an immediate failure is an HTTP error."""
+    try:
+        first = await tap.next_event()
+    except asyncio.CancelledError:
+        tap.abandon()
+        raise
+    if after_seq == 0 and first["type"] in (EventType.FAILED, EventType.CANCELLED):
+        raise failed_error(first)
+    route = tap.route
+    chunks = ChunkStream(
+        route.response_id, route.model, route.created, route.n, route.include_usage
+    )
+    body = _sse_body(tap, first, chunks, after_seq)
+    response = StreamingHttpResponse(body, content_type="text/event-stream")
+    return _with_headers(response, {**SSE_HEADERS, **tap.headers})
+
+
+async def _sse_body(
+    tap: ResponseTap, first: dict[str, Any], chunks: ChunkStream, after_seq: int
+) -> AsyncIterator[str]:
+    event: dict[str, Any] | None = first
+    try:
+        while True:
+            if event is None:
+                yield ": keep-alive\n\n"
+            else:
+                seq = int(event["seq"])
+                payloads = chunks.payloads(event)
+                terminal = event["type"] in TERMINAL_EVENTS
+                if seq > after_seq:
+                    frames = [json.dumps(p, separators=(",", ":")) for p in payloads]
+                    if terminal:
+                        frames.append("[DONE]")
+                    yield encode_frames(frames, seq)
+                if terminal:
+                    return
+            event = await tap.next_event(KEEPALIVE_SECONDS)
+    finally:
+        # Reached on CancelledError (client disconnected) and on aclose()
+        # alike; after a terminal event abandon() does nothing.
+        tap.abandon()
+
+
+def encode_frames(frames: list[str], seq: int) -> str:
+    """SSE frames for one event; the id goes on the last, so a resume never skips."""
+    out = []
+    for i, data in enumerate(frames):
+        id_line = f"id: {seq}\n" if i == len(frames) - 1 else ""
+        out.append(f"{id_line}data: {data}\n\n")
+    return "".join(out)
+
+
+def _with_headers(response, headers: dict[str, str]):
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
+def parse_last_event_id(value: str | None) -> int:
+    """``Last-Event-ID`` (a seq) as an int; 0 when absent."""
+    if value is None or value.strip() == "":
+        return 0
+    try:
+        seq = int(value.strip())
+    except ValueError:
+        seq = -1
+    if seq < 0:
+        raise InvalidRequest("Last-Event-ID must be a non-negative integer.", param="Last-Event-ID")
+    return seq

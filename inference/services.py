@@ -1,0 +1,251 @@
+"""The request path up to the bus: prompt preparation, dispatch, usage.
+
+``chat_completion_start`` is the one call an endpoint makes: model access,
+prompt preparation (chat template, context cap, output cap), dispatch to a
+worker, then a ``ResponseTap`` that reads the response's events and settles
+its usage whether or not the client stays connected. Checks that must run
+before any GPU work (quotas, rate limits, admission) belong in it, between
+prompt preparation, which yields the token counts they need, and dispatch;
+they can add response headers through ``ResponseTap.headers``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
+from redis.exceptions import RedisError
+
+from billing.services import usage_record_create
+from gpuworkers.engine.sampling_params import InvalidSamplingParams, SamplingParams
+from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
+from inference.bus import get_bus
+from inference.bus.base import BusUnavailable, GenerationRequest
+from inference.dispatch import NoWorkerAvailable, dispatch_request
+from inference.errors import (
+    ContextLengthExceeded,
+    InvalidRequest,
+    ModelNotFound,
+    NotFound,
+    ServiceUnavailable,
+)
+from inference.models import ServedModel
+from inference.relay import ResponseRoute, ResponseTap, UsageSummary, route_cache_key
+from inference.schemas import ChatCompletionRequest
+from inference.selectors import response_route_get, served_model_dir, served_model_get
+from tenants.models import ApiKey, Tier
+
+logger = logging.getLogger(__name__)
+
+# The template's roles: "developer" is OpenAI's newer name for "system".
+_TEMPLATE_ROLES = {"developer": "system"}
+
+
+@dataclass(slots=True)
+class PreparedPrompt:
+    prompt_token_ids: list[int]
+    # gpuworkers.engine.SamplingParams fields, as plain JSON values.
+    sampling: dict[str, Any]
+
+
+@transaction.atomic
+def served_model_register(
+    *,
+    name: str,
+    context_length: int,
+    path: str = "",
+    tiers: list[Tier] | None = None,
+    description: str = "",
+) -> ServedModel:
+    """Create or update the catalog row ``name``, open to ``tiers`` (all when None)."""
+    model = ServedModel.objects.filter(name=name).first() or ServedModel(name=name)
+    model.path = path
+    model.context_length = context_length
+    model.description = description
+    model.is_active = True
+    model.full_clean()
+    model.save()
+    model.tiers.set(Tier.objects.all() if tiers is None else tiers)
+    return model
+
+
+def new_response_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def chat_prompt_prepare(
+    *, request: ChatCompletionRequest, model: ServedModel, tier: Tier
+) -> PreparedPrompt:
+    """Render and tokenize the prompt and bound the completion, before any GPU work.
+
+    The context cap is the smaller of the tier's and the model's; a prompt
+    plus max_tokens over it is a 400 ``context_length_exceeded``. Without a
+    max_tokens the completion may use the tier's output cap or whatever
+    context remains, whichever is smaller.
+    """
+    tokenizer = load_tokenizer(str(served_model_dir(model=model)))
+    messages = [
+        {"role": _TEMPLATE_ROLES.get(m.role, m.role), "content": m.text} for m in request.messages
+    ]
+    try:
+        prompt_ids = apply_chat_template(tokenizer, messages)
+    except (jinja2.TemplateError, ValueError) as exc:
+        raise InvalidRequest(
+            f"The messages cannot be rendered with this model's chat template: {exc}",
+            param="messages",
+        ) from exc
+
+    limit = min(tier.max_context_tokens, model.context_length)
+    param, requested = request.requested_max_tokens
+    if requested is not None and requested > tier.max_output_tokens:
+        raise InvalidRequest(
+            f"{param} is too large: {requested}. This model supports at most "
+            f"{tier.max_output_tokens} completion tokens on the {tier.name} tier.",
+            param=param,
+            code="integer_above_max_value",
+        )
+    prompt_tokens = len(prompt_ids)
+    max_tokens = requested or min(tier.max_output_tokens, limit - prompt_tokens)
+    if prompt_tokens + max(max_tokens, 1) > limit:
+        raise ContextLengthExceeded(
+            f"This model's maximum context length is {limit} tokens. However, you "
+            f"requested {prompt_tokens + max(max_tokens, 1)} tokens ({prompt_tokens} in the "
+            f"messages, {max(max_tokens, 1)} in the completion). Please reduce the length "
+            "of the messages or completion."
+        )
+    return PreparedPrompt(prompt_token_ids=prompt_ids, sampling=_sampling(request, max_tokens))
+
+
+def _sampling(request: ChatCompletionRequest, max_tokens: int) -> dict[str, Any]:
+    temperature = 1.0 if request.temperature is None else request.temperature
+    top_p = 1.0 if request.top_p is None else request.top_p
+    if top_p == 0:
+        # The nucleus always keeps the most likely token, so top_p -> 0 is
+        # greedy decoding; the engine wants top_p in (0, 1].
+        temperature, top_p = 0.0, 1.0
+    try:
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=request.seed,
+            n=request.n or 1,
+            stop=request.stop_list,
+            logprobs=bool(request.logprobs),
+            top_logprobs=request.top_logprobs or 0,
+        )
+    except InvalidSamplingParams as exc:
+        raise InvalidRequest(str(exc), param=exc.param) from exc
+    return dataclasses.asdict(params)
+
+
+async def chat_completion_start(*, api_key: ApiKey, request: ChatCompletionRequest) -> ResponseTap:
+    """Admit one chat completion and hand it to a worker.
+
+    Raises ModelNotFound, InvalidRequest (and ContextLengthExceeded) and
+    ServiceUnavailable (no ready worker, bus down). The returned tap is
+    already reading the response's events.
+    """
+    tenant = api_key.tenant
+    tier = tenant.tier
+    model = await sync_to_async(served_model_get)(name=request.model, tier=tier)
+    if model is None:
+        raise ModelNotFound(request.model)
+    # Tokenizing is CPU work and needs no database: any pool thread will do.
+    prepared = await sync_to_async(chat_prompt_prepare, thread_sensitive=False)(
+        request=request, model=model, tier=tier
+    )
+    generation = GenerationRequest(
+        response_id=new_response_id(),
+        model=model.name,
+        prompt_token_ids=prepared.prompt_token_ids,
+        sampling=prepared.sampling,
+        priority=tier.priority,
+        tier=tier.name,
+        tenant_id=tenant.pk,
+        cache_salt=tenant.cache_salt,
+    )
+    try:
+        worker = await dispatch_request(generation)
+    except NoWorkerAvailable as exc:
+        raise ServiceUnavailable(str(exc), code="no_worker_available") from exc
+    except BusUnavailable as exc:
+        raise ServiceUnavailable(code="bus_unavailable") from exc
+    route = ResponseRoute(
+        response_id=generation.response_id,
+        tenant_id=tenant.pk,
+        api_key_id=api_key.pk,
+        model=model.name,
+        worker_id=worker.worker_id,
+        n=prepared.sampling["n"],
+        logprobs=prepared.sampling["logprobs"],
+        include_usage=request.include_usage,
+        created=int(time.time()),
+        prompt_tokens=len(prepared.prompt_token_ids),
+    )
+    await response_route_save(route=route)
+    return ResponseTap.start(route, on_terminal=usage_settle)
+
+
+async def chat_completion_resume(*, api_key: ApiKey, response_id: str) -> ResponseTap:
+    """A reader of an earlier response's events, from its first one.
+
+    Only the tenant that created the response may read it, for as long as
+    its event stream is kept (RESPONSE_STREAM_TTL). The reader settles no
+    usage (the original request's tap does) and leaving it aborts nothing.
+    """
+    try:
+        route = await response_route_get(response_id=response_id, tenant_id=api_key.tenant_id)
+        alive = route is not None and bool(await get_bus().read_events(response_id, 0, 0))
+    except (BusUnavailable, RedisError) as exc:
+        raise ServiceUnavailable(code="bus_unavailable") from exc
+    if not alive:
+        raise NotFound(
+            f"No response with id '{response_id}' is available to resume.", param="response_id"
+        )
+    return ResponseTap.start(route, abort_on_abandon=False)
+
+
+async def response_route_save(*, route: ResponseRoute) -> None:
+    """Remember who owns a response and where it runs, for stream resumes.
+
+    The route lives as long as the response's event stream. A cache outage
+    only costs resumability, never the response itself.
+    """
+    try:
+        await cache.aset(
+            route_cache_key(route.response_id),
+            route.to_dict(),
+            timeout=settings.RESPONSE_STREAM_TTL,
+        )
+    except Exception:
+        logger.warning("Could not save the route of %s", route.response_id, exc_info=True)
+
+
+async def usage_settle(route: ResponseRoute, usage: UsageSummary) -> None:
+    """Write the response's one UsageRecord (idempotent on the response id)."""
+    await sync_to_async(usage_record_create)(
+        response_id=route.response_id,
+        tenant_id=route.tenant_id,
+        api_key_id=route.api_key_id,
+        model=route.model,
+        source="api",
+        status=usage.status,
+        finish_reason=usage.finish_reason,
+        prompt_tokens=usage.prompt_tokens,
+        cached_tokens=usage.cached_tokens,
+        completion_tokens=usage.completion_tokens,
+        queue_time_ms=usage.queue_time_ms,
+        ttft_ms=usage.ttft_ms,
+        duration_ms=usage.duration_ms,
+        worker_id=route.worker_id,
+    )

@@ -1,0 +1,104 @@
+"""Redis-specific behaviour: key layout, expiries and an unreachable server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+
+from inference.bus.base import BusUnavailable, EventType, GenerationRequest, WorkerInfo, WorkerState
+from inference.bus.events import created_event, terminal_event
+from inference.bus.redis_bus import (
+    OPEN_STREAM_TTL,
+    WORKERS_KEY,
+    RedisBus,
+    RedisWorkerBus,
+    stream_key,
+    terminal_key,
+)
+from tests.gpuworkers.buses import UNREACHABLE_REDIS_URL, needs_redis, redis_test_url, uid
+
+
+@pytest.fixture
+def client():
+    r = redis.Redis.from_url(redis_test_url(), decode_responses=True)
+    yield r
+    r.close()
+
+
+@needs_redis
+def test_event_entries_are_numbered_by_seq_and_expire(client):
+    """Entry ids are 0-{seq}; open streams get a long TTL, finished ones the response TTL."""
+    worker_bus = RedisWorkerBus(redis_test_url(), response_ttl=30)
+    rid = uid("resp")
+    worker_bus.publish(
+        rid, created_event(response_id=rid, model="m", worker_id="w", prompt_tokens=1)
+    )
+    assert [entry_id for entry_id, _ in client.xrange(stream_key(rid))] == ["0-1"]
+    assert 30 < client.ttl(stream_key(rid)) <= OPEN_STREAM_TTL
+    assert not client.exists(terminal_key(rid))
+    worker_bus.publish(rid, terminal_event(EventType.COMPLETED, 2))
+    assert 0 < client.ttl(stream_key(rid)) <= 30
+    assert 0 < client.ttl(terminal_key(rid)) <= 30
+    assert client.get(terminal_key(rid)) == "2"
+
+
+@needs_redis
+@pytest.mark.asyncio
+async def test_publish_if_open_sets_the_terminal_key_and_ttl(client):
+    """The web tier's terminal closes the stream like the worker's would."""
+    bus = RedisBus(redis_test_url(), response_ttl=30)
+    rid = uid("resp")
+    assert await bus.publish_if_open(rid, terminal_event(EventType.FAILED, 0))
+    assert client.get(terminal_key(rid)) == "1"
+    assert 0 < client.ttl(stream_key(rid)) <= 30
+    await bus.close()
+
+
+@needs_redis
+@pytest.mark.asyncio
+async def test_dead_workers_are_removed_from_the_registry_hash(client):
+    """A worker whose heartbeat key expired is deleted from llm:workers when listed."""
+    bus = RedisBus(redis_test_url(), heartbeat_ttl=1)
+    worker_bus = RedisWorkerBus(redis_test_url(), heartbeat_ttl=1)
+    wid = uid("dead")
+    worker_bus.register(WorkerInfo(worker_id=wid, model="m", state=WorkerState.READY))
+    assert client.hexists(WORKERS_KEY, wid)
+    await asyncio.sleep(1.2)
+    assert wid not in {w.worker_id for w in await bus.list_workers()}
+    assert not client.hexists(WORKERS_KEY, wid)
+    await bus.close()
+
+
+@pytest.mark.asyncio
+async def test_unreachable_redis_raises_bus_unavailable_on_the_web_side():
+    """Every web-side call maps a refused connection to BusUnavailable (503)."""
+    bus = RedisBus(UNREACHABLE_REDIS_URL)
+    request = GenerationRequest(response_id="r", model="m", prompt_token_ids=[1], sampling={})
+    calls = [
+        bus.submit("w", request),
+        bus.read_events("r", 0, 100),
+        bus.publish_if_open("r", terminal_event(EventType.FAILED, 0)),
+        bus.request_abort("w", "r"),
+        bus.list_workers(),
+        bus.worker_alive("w"),
+    ]
+    for call in calls:
+        with pytest.raises(BusUnavailable):
+            await call
+    await bus.close()
+
+
+def test_unreachable_redis_raises_bus_unavailable_on_the_worker_side():
+    """The worker loop sees BusUnavailable too, and can retry."""
+    worker_bus = RedisWorkerBus(UNREACHABLE_REDIS_URL)
+    info = WorkerInfo(worker_id="w", model="m", state=WorkerState.READY)
+    with pytest.raises(BusUnavailable):
+        worker_bus.register(info)
+    with pytest.raises(BusUnavailable):
+        worker_bus.heartbeat(info)
+    with pytest.raises(BusUnavailable):
+        worker_bus.poll("w", 100)
+    with pytest.raises(BusUnavailable):
+        worker_bus.publish_many([("r", terminal_event(EventType.FAILED, 1))])

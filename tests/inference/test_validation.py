@@ -1,0 +1,111 @@
+"""Bad parameters are 400 invalid_request_error naming the param, before any GPU work."""
+
+import json
+
+import pytest
+
+from inference.services import served_model_register
+from tests.inference.conftest import DEMO, auth
+
+pytestmark = pytest.mark.django_db
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def post(client, key, **fields):
+    body = {"model": DEMO, "messages": HI, **fields}
+    return client.post(
+        "/v1/chat/completions", json.dumps(body), content_type="application/json", **auth(key)
+    )
+
+
+@pytest.mark.parametrize(
+    "fields, param, code",
+    [
+        ({"n": 9}, "n", "value_above_max_value"),
+        ({"n": 0}, "n", "value_below_min_value"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "value_above_max_value"),
+        ({"top_logprobs": 2}, "top_logprobs", "invalid_value"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "array_above_max_length"),
+        ({"stop": [""]}, "stop", "empty_string"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "invalid_value"),
+        ({"messages": [{"role": "user"}]}, "messages[0].content", "missing_required_parameter"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "text": "x"}]}]},
+            "messages[0].content",
+            "invalid_value",
+        ),
+        ({"messages": []}, "messages", "array_below_min_length"),
+        ({"model": None}, "model", "invalid_type"),
+        ({"temperature": 2.5}, "temperature", "value_above_max_value"),
+        ({"top_p": -0.1}, "top_p", "value_below_min_value"),
+        ({"max_tokens": 0}, "max_tokens", "value_below_min_value"),
+        ({"max_tokens": -5}, "max_tokens", "value_below_min_value"),
+        ({"max_tokens": 10**12}, "max_tokens", "integer_above_max_value"),
+        ({"max_completion_tokens": 10**6}, "max_completion_tokens", "integer_above_max_value"),
+        ({"max_tokens": 5, "max_completion_tokens": 6}, "max_tokens", "invalid_value"),
+        ({"presence_penalty": 0.5}, "presence_penalty", "invalid_value"),
+        ({"frequency_penalty": -1}, "frequency_penalty", "invalid_value"),
+        ({"stream_options": {"include_usage": True}}, "stream_options", "invalid_value"),
+        (
+            {"stream": True, "stream_options": {"other": 1}},
+            "stream_options.other",
+            "unknown_parameter",
+        ),
+        ({"tools": []}, "tools", "unknown_parameter"),
+        ({"seed": 2**64}, "seed", "value_above_max_value"),
+        ({"n": "two"}, "n", "invalid_type"),
+    ],
+)
+def test_bad_param_is_400_naming_it(client, pro_key, fields, param, code):
+    response = post(client, pro_key, **fields)
+    assert response.status_code == 400, response.content
+    error = json.loads(response.content)["error"]
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", param, code)
+    assert error["message"]
+
+
+def test_zero_penalties_and_none_values_are_accepted_by_validation(client, pro_key, memory_bus):
+    """Clients that send defaults explicitly pass validation (then 503: no worker here)."""
+    response = post(
+        client, pro_key, presence_penalty=0, frequency_penalty=0.0, temperature=None, user="u1"
+    )
+    assert response.status_code == 503
+    assert json.loads(response.content)["error"]["code"] == "no_worker_available"
+
+
+def test_prompt_over_the_context_cap_is_context_length_exceeded(client, pro_key, tiers):
+    """prompt + max_tokens over min(tier cap, model context): 400 context_length_exceeded."""
+    served_model_register(name="tiny-context", context_length=48)
+    response = client.post(
+        "/v1/chat/completions",
+        json.dumps(
+            {"model": "tiny-context", "messages": [{"role": "user", "content": "word " * 60}]}
+        ),
+        content_type="application/json",
+        **auth(pro_key),
+    )
+    assert response.status_code == 400
+    error = json.loads(response.content)["error"]
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "messages")
+    assert "maximum context length is 48 tokens" in error["message"]
+
+
+def test_max_tokens_that_overflow_the_context_are_context_length_exceeded(client, pro_key, tiers):
+    served_model_register(name="small-context", context_length=64)
+    response = client.post(
+        "/v1/chat/completions",
+        json.dumps({"model": "small-context", "messages": HI, "max_tokens": 60}),
+        content_type="application/json",
+        **auth(pro_key),
+    )
+    assert response.status_code == 400
+    assert json.loads(response.content)["error"]["code"] == "context_length_exceeded"
+
+
+@pytest.mark.parametrize("fields, param", [({"n": "2"}, "n"), ({"stream": "true"}, "stream")])
+def test_numbers_and_booleans_as_strings_are_rejected(client, pro_key, fields, param):
+    """Validation is strict, like OpenAI's: no silent coercion of strings."""
+    response = post(client, pro_key, **fields)
+    assert response.status_code == 400
+    assert json.loads(response.content)["error"]["param"] == param
