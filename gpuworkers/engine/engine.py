@@ -24,6 +24,7 @@ from gpuworkers.engine.outputs import (
     RequestOutput,
     TokenLogprob,
 )
+from gpuworkers.engine.runtime import tune_allocator
 from gpuworkers.engine.sampler import SampleRequest, make_generator, sample
 from gpuworkers.engine.sampling_params import SamplingParams
 from gpuworkers.engine.scheduler import Scheduler, SchedulerOutput
@@ -63,6 +64,8 @@ class LLMEngine:
         max_num_seqs, max_num_batched_tokens, enable_prefix_caching, ...).
         """
         config = EngineConfig(model_dir=str(path), dtype=dtype, **engine_options)
+        if config.device == "cpu":
+            tune_allocator()
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         from gpuworkers.engine.models.config import ModelConfig
@@ -120,9 +123,13 @@ class LLMEngine:
 
     def _new_sequence(self, request: Request, index: int, token_ids: list[int]) -> Sequence:
         params = request.params
-        seq = Sequence(next(self._seq_ids), request, index, token_ids, len(request.prompt_token_ids))
+        seq = Sequence(
+            next(self._seq_ids), request, index, token_ids, len(request.prompt_token_ids)
+        )
         seq.generator = make_generator(params.seed, index)
-        seq.detokenizer = IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids, params.stop)
+        seq.detokenizer = IncrementalDetokenizer(
+            self.tokenizer, request.prompt_token_ids, params.stop
+        )
         seq.logprobs = [] if params.logprobs else None
         return seq
 
@@ -257,8 +264,12 @@ class LLMEngine:
             finished=finished,
             num_prompt_tokens=len(request.prompt_token_ids),
             num_cached_tokens=first.num_cached_tokens,
-            queue_time=(request.first_scheduled_time - arrival) if request.first_scheduled_time else None,
-            first_token_time=(request.first_token_time - arrival) if request.first_token_time else None,
+            queue_time=(request.first_scheduled_time - arrival)
+            if request.first_scheduled_time
+            else None,
+            first_token_time=(request.first_token_time - arrival)
+            if request.first_token_time
+            else None,
         )
 
     def _final_output(self, request: Request) -> RequestOutput:
@@ -281,7 +292,9 @@ class LLMEngine:
         results: dict[str, GenerateOutput] = {}
         order = []
         for prompt, p in zip(prompts, params_list, strict=True):
-            token_ids = self.tokenizer(prompt).input_ids if isinstance(prompt, str) else list(prompt)
+            token_ids = (
+                self.tokenizer(prompt).input_ids if isinstance(prompt, str) else list(prompt)
+            )
             request_id = f"generate-{next(self._seq_ids)}"
             self.add_request(request_id, token_ids, p)
             order.append(request_id)

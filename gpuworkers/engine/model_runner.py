@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from gpuworkers.engine.attention import AttentionMetadata, PrefillSpan, select_backend
+from gpuworkers.engine.attention.metadata import DecodeGroup
 from gpuworkers.engine.config import EngineConfig
 from gpuworkers.engine.models.config import ModelConfig
 from gpuworkers.engine.models.loader import TORCH_DTYPES
@@ -94,13 +95,16 @@ class ModelRunner:
             prefills=prefills,
         )
         if decode_tables:
-            width = max(len(t) for t in decode_tables)
-            padded = [t + [0] * (width - len(t)) for t in decode_tables]
-            meta.decode_block_tables = self._tensor(padded)
-            lens = self._tensor(decode_lens)
-            meta.decode_kv_lens = lens
-            key_pos = torch.arange(width * bs, device=self.device)
-            meta.decode_mask = (key_pos[None, :] < lens[:, None])[:, None, None, :]
+            meta.decode_block_tables = self._tensor(_pad(decode_tables))
+            meta.decode_kv_lens = self._tensor(decode_lens)
+            for start, end in split_decode_groups(decode_lens):
+                tables = _pad(decode_tables[start:end])
+                lens = meta.decode_kv_lens[start:end]
+                key_pos = torch.arange(len(tables[0]) * bs, device=self.device)
+                valid = (key_pos[None, :] < lens[:, None])[:, None, None, :]
+                meta.decode_groups.append(
+                    DecodeGroup(start, end, self._tensor(tables), _additive(valid))
+                )
         return (
             self._tensor(ids),
             self._tensor(pos),
@@ -119,11 +123,37 @@ class ModelRunner:
         if start:
             key_pos = torch.arange(kv_len, device=self.device)
             query_pos = torch.arange(start, kv_len, device=self.device)
-            span.mask = key_pos[None, :] <= query_pos[:, None]
+            span.bias = _additive(key_pos[None, :] <= query_pos[:, None])
         return span
 
     def _tensor(self, values) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
+
+
+def split_decode_groups(lens: list[int], ratio: float = 2.0, min_rows: int = 8):
+    """Cut decode rows (sorted by length) into runs padded separately.
+
+    A new run starts once a row is ``ratio`` times longer than the run's
+    first and the run has ``min_rows`` rows: less padding, few extra calls.
+    """
+    groups, start = [], 0
+    for i in range(1, len(lens)):
+        if i - start >= min_rows and lens[i] > ratio * lens[start]:
+            groups.append((start, i))
+            start = i
+    groups.append((start, len(lens)))
+    return groups
+
+
+def _pad(tables: list[list[int]]) -> list[list[int]]:
+    width = max(len(t) for t in tables)
+    return [t + [0] * (width - len(t)) for t in tables]
+
+
+def _additive(valid: torch.Tensor) -> torch.Tensor:
+    """A boolean keep-mask as a float32 bias: 0 where kept, -inf elsewhere."""
+    bias = torch.zeros(valid.shape, dtype=torch.float32, device=valid.device)
+    return bias.masked_fill_(~valid, float("-inf"))
 
 
 def _pairs(pairs: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -40,5 +40,7 @@ def hash_full_blocks(
     hashes = list(known or [])
     for start in range(len(hashes) * block_size, len(token_ids) - block_size + 1, block_size):
         parent = hashes[-1] if hashes else None
-        hashes.append(hash_block(parent, token_ids[start : start + block_size], model_id, cache_salt))
+        hashes.append(
+            hash_block(parent, token_ids[start : start + block_size], model_id, cache_salt)
+        )
     return hashes

@@ -142,9 +142,15 @@ class Scheduler:
             budget = self._swap_in(out, budget)
             if not self.swapped:
                 self._admit(out, budget)
-        # Single-token work (decodes) before chunks: the runner's batch
-        # layout relies on it. The sort is stable, so priority order holds.
-        out.scheduled.sort(key=lambda s: s.num_new_tokens > 1)
+        # Single-token work (decodes) before chunks, as the runner's batch
+        # layout requires; decodes by context length so the runner can group
+        # similar lengths and pad less. Chunks keep priority order (stable).
+        out.scheduled.sort(
+            key=lambda s: (
+                s.num_new_tokens > 1,
+                s.seq.num_computed_tokens * (s.num_new_tokens == 1),
+            )
+        )
         now = time.monotonic()
         for item in out.scheduled:
             if item.seq.request.first_scheduled_time is None:

@@ -16,12 +16,25 @@ class PrefillSpan:
     context_len: int  # tokens already in the cache before this chunk
     # Device block ids covering context_len + query_len tokens.
     block_table: torch.Tensor
-    # Bool mask [query_len, context_len + query_len] when context_len > 0.
-    mask: torch.Tensor | None = None
+    # Additive float32 causal mask [query_len, context_len + query_len]
+    # (0 or -inf) when context_len > 0. Additive, not boolean: CPU SDPA takes
+    # a much slower path for boolean masks.
+    bias: torch.Tensor | None = None
 
     @property
     def kv_len(self) -> int:
         return self.context_len + self.query_len
+
+
+@dataclass(slots=True)
+class DecodeGroup:
+    """Decode rows [start, end) of similar context length, padded together."""
+
+    start: int
+    end: int
+    block_tables: torch.Tensor  # [rows, max_blocks]
+    # [rows, 1, 1, max_blocks * block_size] float32: 0 on valid keys, -inf on padding.
+    bias: torch.Tensor
 
 
 @dataclass(slots=True)
@@ -35,8 +48,7 @@ class AttentionMetadata:
     # [num_decodes, max_blocks] padded block tables and their valid lengths.
     decode_block_tables: torch.Tensor | None = None
     decode_kv_lens: torch.Tensor | None = None
-    # [num_decodes, 1, 1, max_blocks * block_size]: True where a key is valid.
-    decode_mask: torch.Tensor | None = None
+    decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillSpan] = field(default_factory=list)
     # Backend-specific state (FlashInfer plans), set by backend.plan().
     backend_state: object | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gpuworkers.engine.attention.metadata import AttentionMetadata
+from gpuworkers.engine.attention.metadata import AttentionMetadata, DecodeGroup
 
 
 class TorchAttentionBackend:
@@ -40,40 +40,42 @@ class TorchAttentionBackend:
         flat_k.index_copy_(0, meta.slot_mapping, k)
         flat_v.index_copy_(0, meta.slot_mapping, v)
         out = torch.empty_like(q)
-        d = meta.num_decodes
-        if d:
-            out[:d] = self._decode(q[:d], k_cache, v_cache, meta)
+        for group in meta.decode_groups:
+            rows = slice(group.start, group.end)
+            out[rows] = self._decode(q[rows], k_cache, v_cache, group)
         for span in meta.prefills:
             rows = slice(span.query_start, span.query_start + span.query_len)
             if span.context_len == 0:
                 # Nothing cached before this chunk: attend to the fresh K/V.
                 out[rows] = self._attend(q[rows], k[rows], v[rows], None, causal=True)
             else:
-                keys = k_cache[span.block_table].flatten(0, 1)[: span.kv_len]
-                values = v_cache[span.block_table].flatten(0, 1)[: span.kv_len]
-                out[rows] = self._attend(q[rows], keys, values, span.mask, causal=False)
+                keys = k_cache.index_select(0, span.block_table).flatten(0, 1)[: span.kv_len]
+                values = v_cache.index_select(0, span.block_table).flatten(0, 1)[: span.kv_len]
+                bias = span.bias.to(q.dtype)
+                out[rows] = self._attend(q[rows], keys, values, bias, causal=False)
         return out
 
-    def _decode(self, q, k_cache, v_cache, meta: AttentionMetadata) -> torch.Tensor:
-        tables = meta.decode_block_tables
+    def _decode(self, q, k_cache, v_cache, group: DecodeGroup) -> torch.Tensor:
+        tables = group.block_tables
         batch = tables.shape[0]
         flat_tables = tables.flatten()
-        # index_select on the block dimension copies whole blocks (fast);
-        # [batch, blocks * block_size, kv_heads, dim] -> [batch, kv_heads, len, dim]
-        keys = k_cache.index_select(0, flat_tables).view(batch, -1, self.num_kv_heads, self.head_dim)
-        values = v_cache.index_select(0, flat_tables).view(batch, -1, self.num_kv_heads, self.head_dim)
-        # CPU SDPA with one query row is several times faster in float32 than
-        # in bfloat16 (measured: bench/README.md); the cache stays bfloat16.
-        compute = torch.float32 if q.device.type == "cpu" else q.dtype
-        out = F.scaled_dot_product_attention(
-            q.unsqueeze(2).to(compute),  # [batch, heads, 1, dim]
-            keys.transpose(1, 2).to(compute),
-            values.transpose(1, 2).to(compute),
-            attn_mask=meta.decode_mask,
-            scale=self.scale,
-            enable_gqa=self.num_heads != self.num_kv_heads,
-        )
-        return out.squeeze(2).to(q.dtype)
+        # index_select over the block dimension copies whole blocks at once;
+        # one copy_ then transposes and upcasts into [batch, kv_heads, len,
+        # dim]: plain float32 matmuls with an additive mask follow. On CPU,
+        # SDPA with one query row and a boolean mask was ~8x slower, and
+        # bfloat16 scores lose precision.
+        shape = (batch, -1, self.num_kv_heads, self.head_dim)
+        length = tables.shape[1] * self.block_size
+        dense = (batch, self.num_kv_heads, length, self.head_dim)
+        keys = torch.empty(dense, dtype=torch.float32, device=q.device)
+        values = torch.empty(dense, dtype=torch.float32, device=q.device)
+        keys.copy_(k_cache.index_select(0, flat_tables).view(shape).transpose(1, 2))
+        values.copy_(v_cache.index_select(0, flat_tables).view(shape).transpose(1, 2))
+        per_kv_head = self.num_heads // self.num_kv_heads
+        query = q.float().view(batch, self.num_kv_heads, per_kv_head, self.head_dim) * self.scale
+        scores = torch.matmul(query, keys.transpose(-1, -2)) + group.bias
+        out = torch.matmul(torch.softmax(scores, dim=-1), values)
+        return out.view(batch, self.num_heads, self.head_dim).to(q.dtype)
 
     def _attend(self, q, k, v, mask, causal: bool) -> torch.Tensor:
         # [len, heads, dim] -> [1, heads, len, dim]

@@ -23,7 +23,9 @@ class Attention(nn.Module):
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
         # q, k and v fused into one matmul.
-        self.qkv = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias)
+        self.qkv = nn.Linear(
+            cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias
+        )
         self.o = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
 
     def forward(self, x, positions, rotary, k_cache, v_cache, meta, backend):

@@ -46,4 +46,3 @@ def load_model(model_dir: str | Path, dtype: str, device: str, max_positions: in
     model.eval()
     model.load_seconds = time.monotonic() - started
     return model, cfg
-
