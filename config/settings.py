@@ -141,6 +141,9 @@ EMBEDDED_ENGINE = env_bool("EMBEDDED_ENGINE", REDIS_URL is None)
 ENGINE_DTYPE = os.environ.get("ENGINE_DTYPE", "bfloat16")
 ENGINE_KV_CACHE_MB = env_int("ENGINE_KV_CACHE_MB", 512)
 ENGINE_THREADS = env_int("ENGINE_THREADS", 0)  # 0: torch's default
+# Token budget per engine step for serving workers: smaller than the engine's
+# offline default, so running streams keep a steady inter-token latency.
+ENGINE_MAX_BATCHED_TOKENS = env_int("ENGINE_MAX_BATCHED_TOKENS", 512)
 # Seconds without a heartbeat before a worker is treated as dead.
 WORKER_HEARTBEAT_TTL = env_int("WORKER_HEARTBEAT_TTL", 6)
 # How long a finished response's event stream stays readable for resumes.

@@ -75,6 +75,7 @@ class EmbeddedWorker:
             ensure_demo_model(),
             dtype=settings.ENGINE_DTYPE,
             kv_cache_bytes=settings.ENGINE_KV_CACHE_MB << 20,
+            max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
             model_id=self.model_name,
         )
 

@@ -99,6 +99,7 @@ class Command(BaseCommand):
             model_dir,
             dtype=dtype,
             kv_cache_bytes=kv_mb << 20,
+            max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
             model_id=name,
             device=options["device"],
         )
