@@ -97,4 +97,3 @@ class TorchAttentionBackend:
             enable_gqa=self.num_heads != self.num_kv_heads,
         )
         return out.squeeze(0).transpose(0, 1)
-
