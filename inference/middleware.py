@@ -32,31 +32,45 @@ def request_id_for(request: HttpRequest) -> str:
     return incoming if _SANE_ID.match(incoming) else new_request_id()
 
 
-class RequestIdMiddleware:
-    """Outermost middleware, so error pages from the inner layers get the id too."""
+class _ResponseMiddleware:
+    """Runs ``before`` on the request and ``after`` on the response, sync or async.
+
+    Under ASGI the whole chain is async; staying async avoids a thread hop
+    per request and keeps streaming responses on the event loop.
+    """
 
     sync_capable = True
     async_capable = True
 
     def __init__(self, get_response):
         self.get_response = get_response
-        # Under ASGI the whole chain is async; staying async avoids a thread
-        # hop per request and keeps streaming responses on the event loop.
         if iscoroutinefunction(self.get_response):
             markcoroutinefunction(self)
 
     def __call__(self, request: HttpRequest):
         if iscoroutinefunction(self):
             return self.__acall__(request)
-        request.request_id = request_id_for(request)
-        return self._stamp(request, self.get_response(request))
+        self.before(request)
+        return self.after(request, self.get_response(request))
 
     async def __acall__(self, request: HttpRequest):
-        request.request_id = request_id_for(request)
-        return self._stamp(request, await self.get_response(request))
+        self.before(request)
+        return self.after(request, await self.get_response(request))
 
-    @staticmethod
-    def _stamp(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    def before(self, request: HttpRequest) -> None:
+        pass
+
+    def after(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+        return response
+
+
+class RequestIdMiddleware(_ResponseMiddleware):
+    """Outermost middleware, so error pages from the inner layers get the id too."""
+
+    def before(self, request: HttpRequest) -> None:
+        request.request_id = request_id_for(request)
+
+    def after(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         response[REQUEST_ID_HEADER] = request.request_id
         return response
 
@@ -64,27 +78,10 @@ class RequestIdMiddleware:
 API_PREFIX = "/v1/"
 
 
-class ApiErrorFallbackMiddleware:
+class ApiErrorFallbackMiddleware(_ResponseMiddleware):
     """Non-JSON 404, 405 and 500 responses under /v1/ -> OpenAI's error shape."""
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-        if iscoroutinefunction(self.get_response):
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest):
-        if iscoroutinefunction(self):
-            return self.__acall__(request)
-        return self._reshape(request, self.get_response(request))
-
-    async def __acall__(self, request: HttpRequest):
-        return self._reshape(request, await self.get_response(request))
-
-    @staticmethod
-    def _reshape(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+    def after(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         if not request.path.startswith(API_PREFIX) or response.status_code not in (404, 405, 500):
             return response
         if response.get("Content-Type", "").startswith("application/json"):
