@@ -131,6 +131,12 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
+# Rate limits and quotas (tenants.ratelimit): Redis key prefix, and how long
+# a concurrency slot is held at most when its response never settles (a web
+# process died mid-response).
+RATE_LIMIT_PREFIX = os.environ.get("RATE_LIMIT_PREFIX", "rl")
+RATE_LIMIT_SLOT_TTL = env_int("RATE_LIMIT_SLOT_TTL", 900)
+
 # Inference: served models and the engine.
 # Directory of the demo model, converted from GGUF on first use.
 LLM_MODEL_CACHE = os.environ.get("LLM_MODEL_CACHE") or None
@@ -144,6 +150,9 @@ ENGINE_THREADS = env_int("ENGINE_THREADS", 0)  # 0: torch's default
 # Token budget per engine step for serving workers: smaller than the engine's
 # offline default, so running streams keep a steady inter-token latency.
 ENGINE_MAX_BATCHED_TOKENS = env_int("ENGINE_MAX_BATCHED_TOKENS", 512)
+# How the engine shares a worker between tiers: fair (weighted fair share by
+# Tier.scheduling_weight, with preemption), priority, or fcfs (issue 5).
+ENGINE_SCHEDULING_POLICY = os.environ.get("ENGINE_SCHEDULING_POLICY", "fair")
 # Seconds without a heartbeat before a worker is treated as dead.
 WORKER_HEARTBEAT_TTL = env_int("WORKER_HEARTBEAT_TTL", 6)
 # How long a finished response's event stream stays readable for resumes.

@@ -16,6 +16,7 @@ import threading
 
 from django.conf import settings
 
+from gpuworkers.scheduling import engine_scheduling_options
 from gpuworkers.worker import WorkerLoop
 from inference.bus import get_worker_bus
 
@@ -77,6 +78,7 @@ class EmbeddedWorker:
             kv_cache_bytes=settings.ENGINE_KV_CACHE_MB << 20,
             max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
             model_id=self.model_name,
+            **engine_scheduling_options(),
         )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
+from inference.admission import admission_check
 from inference.bus import get_bus
 from inference.bus.base import (
     TERMINAL_EVENTS,
@@ -109,6 +110,9 @@ async def dispatch_request(request: GenerationRequest, *, bus: Bus | None = None
     if not workers:
         raise NoWorkerAvailable(request.model)
     worker = min(workers, key=_load_key)
+    # Admission control (issue 5): a 429 with Retry-After now, when the
+    # estimated wait exceeds the tier's SLA, rather than a timeout later.
+    await admission_check(worker, request)
     await bus.submit(worker.worker_id, request)
     _note_sent(worker, len(request.prompt_token_ids))
     return worker

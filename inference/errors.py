@@ -135,6 +135,43 @@ class InsufficientQuota(APIError):
     default_message = "You exceeded your current monthly token quota."
 
 
+# --- Rate limits and quotas (issue 5) ---
+_RATE_LIMIT_MESSAGES = {
+    "requests": "Rate limit reached for requests per minute (RPM): Limit {limit}, "
+    "Remaining {remaining}, Requested 1. Please try again in {reset}.",
+    "tokens": "Rate limit reached for tokens per minute (TPM): Limit {limit}, "
+    "Remaining {remaining}, Requested {tokens}. Please try again in {reset}.",
+    "concurrency": "Too many concurrent requests for your organization. Please retry "
+    "when one of them has finished.",
+}
+
+
+def rate_limit_error(decision: Any, *, tokens: int) -> APIError:
+    """The 429 for a refused admission (a ``tenants.ratelimit.Decision``).
+
+    Over the monthly quota is ``insufficient_quota``, which waiting a minute
+    does not fix; every other refusal is ``rate_limit_exceeded`` with a
+    Retry-After. Both carry the x-ratelimit-* headers.
+    """
+    from tenants.ratelimit import format_reset
+
+    headers = decision.headers()
+    if decision.outcome == "quota":
+        return InsufficientQuota(headers=headers)
+    by_tokens = decision.outcome == "tokens"
+    message = _RATE_LIMIT_MESSAGES[decision.outcome].format(
+        limit=decision.limit_tokens if by_tokens else decision.limit_requests,
+        remaining=decision.remaining_tokens if by_tokens else decision.remaining_requests,
+        tokens=tokens,
+        reset=format_reset(decision.retry_after_ms),
+    )
+    error = RateLimited(message, retry_after=decision.retry_after_ms / 1000, headers=headers)
+    if by_tokens:
+        # OpenAI's error type names the limit: "requests" or "tokens".
+        error.type = "tokens"
+    return error
+
+
 class ServerError(APIError):
     status = 500
 

@@ -215,7 +215,7 @@ async def completion_response(tap: ResponseTap) -> JsonResponse:
         tap.abandon()
         raise
     if event["type"] in (EventType.FAILED, EventType.CANCELLED):
-        raise failed_error(event)
+        raise _with_rate_headers(failed_error(event), tap)
     return _with_headers(JsonResponse(builder.result(event)), tap.headers)
 
 
@@ -227,7 +227,7 @@ async def stream_response(tap: ResponseTap, *, after_seq: int = 0) -> StreamingH
         tap.abandon()
         raise
     if after_seq == 0 and first["type"] in (EventType.FAILED, EventType.CANCELLED):
-        raise failed_error(first)
+        raise _with_rate_headers(failed_error(first), tap)
     route = tap.route
     chunks = ChunkStream(
         route.response_id, route.model, route.created, route.n, route.include_usage
@@ -270,6 +270,12 @@ def encode_frames(frames: list[str], seq: int) -> str:
         id_line = f"id: {seq}\n" if i == len(frames) - 1 else ""
         out.append(f"{id_line}data: {data}\n\n")
     return "".join(out)
+
+
+def _with_rate_headers(error: APIError, tap: ResponseTap) -> APIError:
+    # Rate-limit headers go on every chat completion response, errors too.
+    error.headers = {**tap.headers, **error.headers}
+    return error
 
 
 def _with_headers(response, headers: dict[str, str]):

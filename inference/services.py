@@ -12,6 +12,7 @@ they can add response headers through ``ResponseTap.headers``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 import uuid
@@ -32,17 +33,20 @@ from inference.bus import get_bus
 from inference.bus.base import BusUnavailable, GenerationRequest
 from inference.dispatch import NoWorkerAvailable, dispatch_request
 from inference.errors import (
+    APIError,
     ContextLengthExceeded,
     InvalidRequest,
     ModelNotFound,
     NotFound,
     ServiceUnavailable,
+    rate_limit_error,
 )
 from inference.models import ServedModel
 from inference.relay import ResponseRoute, ResponseTap, UsageSummary, route_cache_key
 from inference.schemas import ChatCompletionRequest
 from inference.selectors import response_route_get, served_model_dir, served_model_get
 from tenants.models import ApiKey, Tier
+from tenants.ratelimit import Ticket, limits_for, rate_limit_admit, rate_limit_settle
 
 logger = logging.getLogger(__name__)
 
@@ -151,9 +155,10 @@ def _sampling(request: ChatCompletionRequest, max_tokens: int) -> dict[str, Any]
 async def chat_completion_start(*, api_key: ApiKey, request: ChatCompletionRequest) -> ResponseTap:
     """Admit one chat completion and hand it to a worker.
 
-    Raises ModelNotFound, InvalidRequest (and ContextLengthExceeded) and
+    Raises ModelNotFound, InvalidRequest (and ContextLengthExceeded),
+    RateLimited / InsufficientQuota (with the x-ratelimit-* headers) and
     ServiceUnavailable (no ready worker, bus down). The returned tap is
-    already reading the response's events.
+    already reading the response's events and carries the rate-limit headers.
     """
     tenant = api_key.tenant
     tier = tenant.tier
@@ -164,8 +169,47 @@ async def chat_completion_start(*, api_key: ApiKey, request: ChatCompletionReque
     prepared = await sync_to_async(chat_prompt_prepare, thread_sensitive=False)(
         request=request, model=model, tier=tier
     )
+    # Rate limits and quotas (issue 5): one atomic check before any GPU work.
+    ticket = Ticket.for_response(
+        response_id=new_response_id(), api_key_id=api_key.pk, tenant_id=tenant.pk
+    )
+    sampling = prepared.sampling
+    reserved = len(prepared.prompt_token_ids) + sampling["n"] * sampling["max_tokens"]
+    try:
+        decision = await rate_limit_admit(
+            ticket=ticket, limits=limits_for(api_key), tokens=reserved
+        )
+    except RedisError as exc:
+        # The bus lives in the same Redis: nothing could be served anyway.
+        raise ServiceUnavailable(code="bus_unavailable") from exc
+    if not decision.admitted:
+        raise rate_limit_error(decision, tokens=reserved)
+    try:
+        tap = await _dispatch(api_key, request, model, tier, prepared, ticket)
+    except BaseException as exc:
+        # Never reached a worker: free the slot and refund the reservation.
+        try:
+            await rate_limit_settle(ticket=ticket, tokens=0, quota_tokens=0)
+        except Exception:
+            logger.warning("Could not refund %s", ticket.response_id, exc_info=True)
+        if isinstance(exc, APIError):
+            exc.headers = {**decision.headers(), **exc.headers}
+        raise
+    tap.headers.update(decision.headers())
+    return tap
+
+
+async def _dispatch(
+    api_key: ApiKey,
+    request: ChatCompletionRequest,
+    model: ServedModel,
+    tier: Tier,
+    prepared: PreparedPrompt,
+    ticket: Ticket,
+) -> ResponseTap:
+    tenant = api_key.tenant
     generation = GenerationRequest(
-        response_id=new_response_id(),
+        response_id=ticket.response_id,
         model=model.name,
         prompt_token_ids=prepared.prompt_token_ids,
         sampling=prepared.sampling,
@@ -193,7 +237,7 @@ async def chat_completion_start(*, api_key: ApiKey, request: ChatCompletionReque
         prompt_tokens=len(prepared.prompt_token_ids),
     )
     await response_route_save(route=route)
-    return ResponseTap.start(route, on_terminal=usage_settle)
+    return ResponseTap.start(route, on_terminal=functools.partial(usage_and_limits_settle, ticket))
 
 
 async def chat_completion_resume(*, api_key: ApiKey, response_id: str) -> ResponseTap:
@@ -249,3 +293,21 @@ async def usage_settle(route: ResponseRoute, usage: UsageSummary) -> None:
         duration_ms=usage.duration_ms,
         worker_id=route.worker_id,
     )
+
+
+async def usage_and_limits_settle(
+    ticket: Ticket, route: ResponseRoute, usage: UsageSummary
+) -> None:
+    """The tap's terminal hook: the usage record, then the rate-limit settlement.
+
+    Every ending converges here (completed, failed, cancelled, client gone),
+    and the settlement is idempotent per response id. A response that ended
+    before its first token is refunded from the per-minute windows; the
+    monthly quota is charged what the usage record bills.
+    """
+    billed = usage.prompt_tokens + usage.completion_tokens
+    refund = usage.status != "completed" and usage.completion_tokens == 0
+    try:
+        await usage_settle(route, usage)
+    finally:
+        await rate_limit_settle(ticket=ticket, tokens=0 if refund else billed, quota_tokens=billed)

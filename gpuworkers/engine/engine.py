@@ -369,4 +369,8 @@ class LLMEngine:
             "swaps_in": sched.num_swaps_in,
             "recomputes": sched.num_recomputes,
             "steps": self.num_steps,
+            "max_num_seqs": self.config.max_num_seqs,
+            "scheduling_policy": self.config.scheduling_policy.value,
+            "tier_weights": dict(self.config.tier_weights),
+            "queued_by_tier": sched.queued_by_tier(),
         }

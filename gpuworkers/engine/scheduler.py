@@ -5,6 +5,12 @@ prefill), then swapped-out sequences back in, then new admissions, until the
 token budget or the sequence cap runs out. When a running sequence cannot
 grow, the lowest-priority, newest running sequence is preempted: swapped to
 the host pool if it fits there, recomputed later otherwise.
+
+Under SchedulingPolicy.FAIR (fair_share.py) tiers share the running
+capacity and the token budget by weight: queued work of a tier under its
+share goes first and, when it does not fit, takes lent capacity back by
+preempting the tier most over its share; prefill chunks and admissions are
+served by each tier's credit.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from gpuworkers.engine.config import AdmissionPolicy, EngineConfig, SchedulingPolicy
+from gpuworkers.engine.fair_share import FairSchedulingMixin, FairShare
 from gpuworkers.engine.kv_manager import KVCacheManager
 from gpuworkers.engine.sequence import Sequence, SequenceStatus
 
@@ -48,7 +55,7 @@ class SchedulerOutput:
         return not (self.scheduled or self.swap_out or self.swap_in or self.copies)
 
 
-class Scheduler:
+class Scheduler(FairSchedulingMixin):
     def __init__(self, config: EngineConfig, kv: KVCacheManager, max_model_len: int):
         self.config = config
         self.kv = kv
@@ -60,6 +67,11 @@ class Scheduler:
         self.num_swaps_out = 0
         self.num_swaps_in = 0
         self.num_recomputes = 0
+        self.fair = (
+            FairShare(config.tier_weights, config.max_num_seqs, kv.num_total)
+            if config.scheduling_policy is SchedulingPolicy.FAIR
+            else None
+        )
 
     # Queues -----------------------------------------------------------
 
@@ -75,6 +87,17 @@ class Scheduler:
             if seq in queue:
                 queue.remove(seq)
         self.kv.free(seq)
+
+    def queued_by_tier(self) -> dict[str, dict[str, int]]:
+        """Waiting and swapped sequences and their tokens to compute, per
+        tier: what admission control needs to estimate a tier's wait."""
+        queued: dict[str, dict[str, int]] = {}
+        for seq in self.waiting + self.swapped:
+            tier = self.fair.tier_of(seq) if self.fair else (seq.request.tier or "")
+            entry = queued.setdefault(tier, {"requests": 0, "tokens": 0})
+            entry["requests"] += 1
+            entry["tokens"] += seq.num_uncomputed_tokens
+        return queued
 
     def _order_key(self, seq: Sequence):
         request = seq.request
@@ -118,27 +141,29 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.config.max_num_batched_tokens
-        self.running.sort(key=self._order_key)
+        pending, demand = self._fair_plan(out, budget) if self.fair else ({}, {})
+        self.running.sort(key=self._running_key())
         queue = list(self.running)
         preempted = False
         i = 0
         while i < len(queue) and budget > 0:
             seq = queue[i]
             num_new = min(seq.num_uncomputed_tokens, budget)
+            if self.fair and seq.is_prefilling:
+                num_new = min(num_new, self._fair_cap(seq, budget, demand))
             while not self.kv.can_append(seq, num_new):
-                victim = queue.pop()
+                victim = self._victim(queue, i)
                 self._preempt(victim, out)
                 preempted = True
                 if victim is seq:
                     break
             else:
-                out.copies.extend(self.kv.append_slots(seq, num_new))
-                out.scheduled.append(
-                    ScheduledSeq(seq, num_new, seq.num_computed_tokens + num_new == seq.num_tokens)
-                )
+                self._schedule_seq(out, seq, num_new)
                 budget -= num_new
                 i += 1
-        if not preempted:
+        if not preempted and self.fair:
+            self._fair_admit(out, budget, pending, demand)
+        elif not preempted:
             budget = self._swap_in(out, budget)
             if not self.swapped:
                 self._admit(out, budget)
@@ -157,48 +182,101 @@ class Scheduler:
                 item.seq.request.first_scheduled_time = now
         return out
 
+    def _running_key(self):
+        if self.fair is None:
+            return self._order_key
+        fair = self.fair
+        levels = fair.levels(self.running, self._blocks_held)
+
+        def key(seq: Sequence):
+            # Decodes first, the tiers furthest under their share first, so
+            # that over-share tiers' sequences are still unscheduled when
+            # one must be preempted; then prefill chunks by credit.
+            tier = fair.tier_of(seq)
+            return (
+                seq.is_prefilling,
+                levels.get(tier, 0.0),
+                -fair.credit_of(tier),
+                self._order_key(seq),
+            )
+
+        return key
+
+    def _victim(self, queue: list[Sequence], i: int) -> Sequence:
+        """Lowest-priority, newest unscheduled sequence (under fair share:
+        of the tier most over its share)."""
+        if self.fair is None:
+            return queue.pop()
+        rest = queue[i:]
+        victim = self.fair.pick_victim(rest, self.running, self._blocks_held) or max(
+            rest, key=lambda s: (-s.request.priority, s.request.arrival_time, s.seq_id)
+        )
+        queue.remove(victim)
+        return victim
+
+    def _schedule_seq(self, out: SchedulerOutput, seq: Sequence, num_new: int) -> None:
+        out.copies.extend(self.kv.append_slots(seq, num_new))
+        out.scheduled.append(
+            ScheduledSeq(seq, num_new, seq.num_computed_tokens + num_new == seq.num_tokens)
+        )
+        if self.fair:
+            self.fair.charge(seq, num_new)
+
+    def _swap_in_fits(self, seq: Sequence, num_new: int) -> bool:
+        if len(self.running) >= self.config.max_num_seqs:
+            return False
+        if not self.kv.can_swap_in(seq, num_new):
+            return False
+        if self.config.admission_policy is AdmissionPolicy.RESERVE:
+            need = len(seq.host_block_table) + self._reserved_blocks(seq)
+            return need + self._future_growth() <= self.kv.num_free
+        return True
+
+    def _start_swapped(self, out: SchedulerOutput, seq: Sequence, num_new: int) -> None:
+        self.swapped.remove(seq)
+        out.swap_in.extend(self.kv.swap_in(seq))
+        self.num_swaps_in += 1
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+        self._schedule_seq(out, seq, num_new)
+
     def _swap_in(self, out: SchedulerOutput, budget: int) -> int:
         self.swapped.sort(key=self._order_key)
-        while self.swapped and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        while self.swapped and budget > 0:
             seq = self.swapped[0]
             num_new = min(seq.num_uncomputed_tokens, budget)
-            if not self.kv.can_swap_in(seq, num_new):
+            if not self._swap_in_fits(seq, num_new):
                 break
-            if self.config.admission_policy is AdmissionPolicy.RESERVE:
-                need = len(seq.host_block_table) + self._reserved_blocks(seq)
-                if need + self._future_growth() > self.kv.num_free:
-                    break
-            self.swapped.pop(0)
-            out.swap_in.extend(self.kv.swap_in(seq))
-            self.num_swaps_in += 1
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
-            out.copies.extend(self.kv.append_slots(seq, num_new))
-            out.scheduled.append(
-                ScheduledSeq(seq, num_new, seq.num_computed_tokens + num_new == seq.num_tokens)
-            )
+            self._start_swapped(out, seq, num_new)
             budget -= num_new
         return budget
 
+    def _admit_plan(self, seq: Sequence, budget: int) -> tuple[list[int], int] | None:
+        """Prefix hits and first chunk if ``seq`` can be admitted now."""
+        if len(self.running) >= self.config.max_num_seqs:
+            return None
+        hits = self.kv.match_prefix(seq)
+        num_new = min(seq.num_tokens - len(hits) * self.kv.block_size, budget)
+        return (hits, num_new) if self._admission_fits(seq, hits, num_new) else None
+
+    def _start_waiting(self, out: SchedulerOutput, seq: Sequence, hits, num_new: int) -> None:
+        self.waiting.remove(seq)
+        self.kv.acquire_prefix(seq, hits)
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
+        self._schedule_seq(out, seq, num_new)
+
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         self.waiting.sort(key=self._order_key)
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+        while self.waiting and budget > 0:
             seq = self.waiting[0]
-            hits = self.kv.match_prefix(seq)
-            num_new = min(seq.num_tokens - len(hits) * self.kv.block_size, budget)
-            if not self._admission_fits(seq, hits, num_new):
+            plan = self._admit_plan(seq, budget)
+            if plan is None:
                 # Strict order: a large request at the head is not overtaken
                 # forever by smaller ones behind it.
                 break
-            self.waiting.pop(0)
-            self.kv.acquire_prefix(seq, hits)
-            seq.status = SequenceStatus.RUNNING
-            self.running.append(seq)
-            out.copies.extend(self.kv.append_slots(seq, num_new))
-            out.scheduled.append(
-                ScheduledSeq(seq, num_new, seq.num_computed_tokens + num_new == seq.num_tokens)
-            )
-            budget -= num_new
+            self._start_waiting(out, seq, *plan)
+            budget -= plan[1]
 
     def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
         """Swap ``seq`` to the host pool, or drop its KV to recompute later."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from gpuworkers.scheduling import engine_scheduling_options
 from gpuworkers.worker import WorkerLoop
 from inference.bus import get_worker_bus
 from inference.bus.base import BusUnavailable
@@ -35,6 +36,12 @@ class Command(BaseCommand):
         parser.add_argument("--kv-cache-mb", type=int, default=None, help="KV cache size")
         parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         parser.add_argument("--device", default="cpu", help="cpu or cuda")
+        parser.add_argument(
+            "--scheduling-policy",
+            default=None,
+            choices=["fair", "priority", "fcfs"],
+            help="default: settings.ENGINE_SCHEDULING_POLICY",
+        )
 
     def handle(self, *args, **options) -> None:
         if not settings.REDIS_URL:
@@ -102,6 +109,7 @@ class Command(BaseCommand):
             max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
             model_id=name,
             device=options["device"],
+            **engine_scheduling_options(options["scheduling_policy"]),
         )
         self._say(f"model {name}: loaded in {time.monotonic() - started:.1f}s")
         return engine

@@ -43,7 +43,11 @@ def make_checkpoint(tmp_path, demo_dir, architecture: str):
         # Random init leaves biases at zero; make them count.
         with torch.no_grad():
             for layer in model.model.layers:
-                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                for proj in (
+                    layer.self_attn.q_proj,
+                    layer.self_attn.k_proj,
+                    layer.self_attn.v_proj,
+                ):
                     proj.bias.normal_(0, 0.5)
     directory = tmp_path / architecture
     model.save_pretrained(directory)

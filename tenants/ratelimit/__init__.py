@@ -1,0 +1,136 @@
+"""Rate limits and quotas per API key and per tenant.
+
+``rate_limit_admit`` runs before any GPU work: requests and tokens per
+minute (key and tenant), the tenant's concurrent-request cap and its
+tier's monthly token quota, in one atomic check. ``rate_limit_settle``
+runs once per response at its end, whatever the ending, and corrects the
+reservation to the real usage. With REDIS_URL the state is shared by
+every web process (RedisLimiter); without it, embedded mode keeps it in
+this process (MemoryLimiter).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from tenants.ratelimit.base import (
+    ADMITTED,
+    CONCURRENCY,
+    NEEDS_SEED,
+    QUOTA,
+    REQUESTS,
+    TOKENS,
+    Decision,
+    Limiter,
+    Limits,
+    Ticket,
+    decision_from,
+    format_reset,
+)
+from tenants.ratelimit.memory_limiter import MemoryLimiter
+from tenants.ratelimit.redis_limiter import RedisLimiter
+
+if TYPE_CHECKING:
+    from tenants.models import ApiKey
+
+__all__ = [
+    "ADMITTED",
+    "CONCURRENCY",
+    "QUOTA",
+    "REQUESTS",
+    "TOKENS",
+    "Decision",
+    "Limits",
+    "Ticket",
+    "format_reset",
+    "get_limiter",
+    "limits_for",
+    "rate_limit_admit",
+    "rate_limit_settle",
+    "reset_limiters",
+]
+
+_limiters: dict[tuple, Limiter] = {}
+_lock = threading.Lock()
+
+
+def get_limiter() -> Limiter:
+    """The limiter for the current settings (one per Redis URL and prefix)."""
+    url = settings.REDIS_URL
+    prefix = getattr(settings, "RATE_LIMIT_PREFIX", "rl")
+    lease_ms = getattr(settings, "RATE_LIMIT_SLOT_TTL", 900) * 1000
+    cache_key = (url, prefix, lease_ms)
+    with _lock:
+        limiter = _limiters.get(cache_key)
+        if limiter is None:
+            limiter = (
+                RedisLimiter(url, prefix=prefix, lease_ms=lease_ms)
+                if url
+                else MemoryLimiter(lease_ms=lease_ms)
+            )
+            _limiters[cache_key] = limiter
+        return limiter
+
+
+def reset_limiters() -> None:
+    """Forget every limiter and its in-process state (tests)."""
+    with _lock:
+        _limiters.clear()
+
+
+def limits_for(api_key: ApiKey) -> Limits:
+    """The key's limits; ``api_key.tenant.tier`` must be loaded already."""
+    tier = api_key.tenant.tier
+    return Limits(
+        key_rpm=api_key.effective_rpm,
+        key_tpm=api_key.effective_tpm,
+        tenant_rpm=tier.rpm,
+        tenant_tpm=tier.tpm,
+        max_concurrent=tier.max_concurrent_requests,
+        monthly_quota=tier.monthly_token_quota,
+    )
+
+
+def _month_start_utc(period: str) -> datetime:
+    return datetime(int(period[:4]), int(period[4:]), 1, tzinfo=UTC)
+
+
+def quota_used_from_records(*, tenant_id: int, period: str) -> int:
+    """Tokens the tenant's usage records hold for the month ``period``."""
+    # Imported here so the limiters stay usable without Django set up.
+    from billing.selectors import usage_totals
+    from tenants.models import Tenant
+
+    # usage_totals only filters on the tenant: an unsaved instance with the pk suffices.
+    tenant = Tenant(pk=tenant_id)
+    return usage_totals(tenant=tenant, since=_month_start_utc(period))["total_tokens"]
+
+
+async def rate_limit_admit(*, ticket: Ticket, limits: Limits, tokens: int) -> Decision:
+    """Check and take one request reserving ``tokens``; see ``Decision.admitted``.
+
+    The month's counter is seeded from the usage records the first time a
+    tenant calls in a month (or after Redis lost it): one extra round trip.
+    """
+    limiter = get_limiter()
+    admit = sync_to_async(limiter.admit, thread_sensitive=False)
+    snapshot = await admit(ticket=ticket, limits=limits, tokens=tokens)
+    if snapshot.outcome == NEEDS_SEED:
+        seed = await sync_to_async(quota_used_from_records)(
+            tenant_id=ticket.tenant_id, period=ticket.period
+        )
+        snapshot = await admit(ticket=ticket, limits=limits, tokens=tokens, quota_seed=seed)
+    return decision_from(snapshot, limits)
+
+
+async def rate_limit_settle(*, ticket: Ticket, tokens: int, quota_tokens: int) -> bool:
+    """Release the slot and settle the reservation (idempotent per response)."""
+    limiter = get_limiter()
+    return await sync_to_async(limiter.settle, thread_sensitive=False)(
+        ticket=ticket, tokens=tokens, quota_tokens=quota_tokens
+    )

@@ -1,0 +1,179 @@
+"""What the limiters share: the limits, a reservation ticket and the decision.
+
+Both backends (Redis + Lua, and the in-process one of embedded mode) keep
+the same state and return the same raw snapshot; ``decision_from`` turns
+that snapshot into a ``Decision`` with OpenAI's ``x-ratelimit-*`` headers,
+so the two cannot drift apart in what a client sees.
+
+Windows are fixed, one minute long, per scope (API key, tenant), starting
+at the first request after the previous window ended; a request counts one
+request and reserves ``prompt + n * max_tokens`` tokens in both scopes'
+windows and in the tenant's monthly quota, settled to the real usage at
+the response's end.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+WINDOW_MS = 60_000
+# Refusal outcomes, in the order they are checked.
+QUOTA, REQUESTS, TOKENS, CONCURRENCY = "quota", "requests", "tokens", "concurrency"
+ADMITTED = "ok"
+# The monthly counter is not known yet: call again with the usage so far.
+NEEDS_SEED = "seed"
+# A concurrency refusal has no window to wait for; slots free up as
+# responses end, so a short retry is the honest hint.
+CONCURRENCY_RETRY_MS = 1000
+
+
+@dataclass(slots=True, frozen=True)
+class Limits:
+    key_rpm: int
+    key_tpm: int
+    tenant_rpm: int
+    tenant_tpm: int
+    max_concurrent: int
+    monthly_quota: int
+
+
+@dataclass(slots=True, frozen=True)
+class Ticket:
+    """Names one response's reservation: its scopes and its quota month."""
+
+    response_id: str
+    api_key_id: int
+    tenant_id: int
+    # "YYYYMM" (UTC) of the admission: the month the tokens are charged to.
+    period: str
+
+    @classmethod
+    def for_response(cls, *, response_id: str, api_key_id: int, tenant_id: int) -> Ticket:
+        period = time.strftime("%Y%m", time.gmtime())
+        return cls(response_id, api_key_id, tenant_id, period)
+
+    @property
+    def key_scope(self) -> str:
+        return f"k:{self.api_key_id}"
+
+    @property
+    def tenant_scope(self) -> str:
+        return f"t:{self.tenant_id}"
+
+
+@dataclass(slots=True, frozen=True)
+class Snapshot:
+    """Raw state after a check: each scope's window start and its counters."""
+
+    outcome: str
+    now_ms: int
+    key_window: int
+    key_requests: int
+    key_tokens: int
+    tenant_window: int
+    tenant_requests: int
+    tenant_tokens: int
+
+
+@dataclass(slots=True, frozen=True)
+class Decision:
+    outcome: str
+    retry_after_ms: int
+    limit_requests: int
+    remaining_requests: int
+    reset_requests_ms: int
+    limit_tokens: int
+    remaining_tokens: int
+    reset_tokens_ms: int
+
+    @property
+    def admitted(self) -> bool:
+        return self.outcome == ADMITTED
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "x-ratelimit-limit-requests": str(self.limit_requests),
+            "x-ratelimit-remaining-requests": str(self.remaining_requests),
+            "x-ratelimit-reset-requests": format_reset(self.reset_requests_ms),
+            "x-ratelimit-limit-tokens": str(self.limit_tokens),
+            "x-ratelimit-remaining-tokens": str(self.remaining_tokens),
+            "x-ratelimit-reset-tokens": format_reset(self.reset_tokens_ms),
+        }
+
+
+class Limiter(Protocol):
+    def admit(
+        self, *, ticket: Ticket, limits: Limits, tokens: int, quota_seed: int | None = None
+    ) -> Snapshot:
+        """Check every limit and, when all pass, take the request and its tokens."""
+
+    def settle(self, *, ticket: Ticket, tokens: int, quota_tokens: int) -> bool:
+        """Free the slot; correct the reservation to ``tokens`` (window) and
+        ``quota_tokens`` (month). Idempotent: False when already settled."""
+
+    def quota_used(self, *, tenant_id: int, period: str) -> int | None:
+        """The month's counter (None when not seeded), for tests and the admin."""
+
+
+def format_reset(ms: int) -> str:
+    """OpenAI's reset duration: ``"20ms"``, ``"1s"``, ``"6m0s"``, ``"1h0m0s"``."""
+    ms = max(0, int(ms))
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(math.ceil(ms / 1000), 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{seconds}s"
+    if minutes:
+        return f"{minutes}m{seconds}s"
+    return f"{seconds}s"
+
+
+def _scope_state(limit: int, used: int, window: int, now_ms: int) -> tuple[int, int]:
+    """(remaining, ms until the window resets) for one scope."""
+    return max(0, limit - used), max(0, window + WINDOW_MS - now_ms)
+
+
+def decision_from(snapshot: Snapshot, limits: Limits) -> Decision:
+    """The decision and headers; each header reports the scope closest to its limit."""
+    s, now = snapshot, snapshot.now_ms
+    requests = min(
+        (
+            (*_scope_state(limits.key_rpm, s.key_requests, s.key_window, now), limits.key_rpm),
+            (
+                *_scope_state(limits.tenant_rpm, s.tenant_requests, s.tenant_window, now),
+                limits.tenant_rpm,
+            ),
+        ),
+        key=lambda state: state[0],
+    )
+    tokens = min(
+        (
+            (*_scope_state(limits.key_tpm, s.key_tokens, s.key_window, now), limits.key_tpm),
+            (
+                *_scope_state(limits.tenant_tpm, s.tenant_tokens, s.tenant_window, now),
+                limits.tenant_tpm,
+            ),
+        ),
+        key=lambda state: state[0],
+    )
+    retry = 0
+    if s.outcome == REQUESTS:
+        retry = requests[1]
+    elif s.outcome == TOKENS:
+        retry = tokens[1]
+    elif s.outcome == CONCURRENCY:
+        retry = CONCURRENCY_RETRY_MS
+    return Decision(
+        outcome=s.outcome,
+        retry_after_ms=retry,
+        limit_requests=requests[2],
+        remaining_requests=requests[0],
+        reset_requests_ms=requests[1],
+        limit_tokens=tokens[2],
+        remaining_tokens=tokens[0],
+        reset_tokens_ms=tokens[1],
+    )
