@@ -79,8 +79,27 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = os.environ.get("DATABASE_URL") or None
+
+
+def _postgres_with_pool(config: dict) -> dict:
+    """Share a bounded pool of connections between a process's threads.
+
+    Without it every in-flight request holds its own connection, and a burst
+    of a few hundred requests over two web processes ran PostgreSQL out of
+    connections (500s instead of 429s). With the pool, requests wait up to
+    the timeout for a free connection.
+    """
+    if "postgresql" in config.get("ENGINE", ""):
+        config.setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": env_int("DB_POOL_MAX", 16),
+            "timeout": 30,
+        }
+    return config
+
+
 DATABASES = {
-    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+    "default": _postgres_with_pool(dj_database_url.parse(DATABASE_URL, conn_max_age=0))
     if DATABASE_URL
     else {
         "ENGINE": "django.db.backends.sqlite3",
