@@ -1,0 +1,45 @@
+"""The per-tier context cap through the official SDK: a typed 400 before any GPU work."""
+
+import httpx
+import openai
+import pytest
+
+from tests.inference.conftest import DEMO
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+
+def sdk(key: str) -> openai.AsyncOpenAI:
+    from config.asgi import application
+
+    transport = httpx.ASGITransport(app=application)
+    return openai.AsyncOpenAI(
+        api_key=key,
+        base_url="http://testserver/v1",
+        max_retries=0,
+        http_client=httpx.AsyncClient(transport=transport, base_url="http://testserver"),
+    )
+
+
+async def test_prompt_plus_max_tokens_over_the_tier_cap_is_context_length_exceeded(
+    api_key_factory, demo_model, memory_bus
+):
+    """The tier's context cap is enforced before dispatch: no worker is
+    running, so a request that got as far as dispatch would be a 503."""
+    from asgiref.sync import sync_to_async
+
+    from tenants.models import Tier
+
+    def make():
+        tier = Tier.objects.get(name="pro")
+        return api_key_factory(tier=tier.name), tier.max_context_tokens
+
+    (_, raw), cap = await sync_to_async(make)()
+    long_message = "word " * (cap + 100)
+    with pytest.raises(openai.BadRequestError) as error:
+        await sdk(raw).chat.completions.create(
+            model=DEMO, messages=[{"role": "user", "content": long_message}], max_tokens=16
+        )
+    assert error.value.code == "context_length_exceeded"
+    assert error.value.param == "messages"
+    assert error.value.status_code == 400
