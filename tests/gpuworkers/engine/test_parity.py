@@ -149,3 +149,17 @@ def test_abort_mid_batch_leaves_others_unchanged(make_engine, chat_prompts, hf_r
     assert len(outputs["r1"]) < len(hf_reference[1])
     assert_matches(outputs, hf_reference, skip={"r1"})
     assert_pool_drained(engine)
+
+
+def test_per_request_kv_block_cap_refuses_oversized_requests(make_engine, chat_prompts):
+    """A request whose prompt + max_tokens needs more blocks than the cap is
+    refused at add_request, before it takes any block."""
+    engine = make_engine(max_blocks_per_request=3)
+    prompt = chat_prompts[4]  # 48 tokens + 24 to generate: five blocks
+    with pytest.raises(ValueError, match="KV blocks"):
+        engine.add_request("too-big", prompt, GREEDY)
+    assert engine.stats()["kv_blocks_used"] == 0 and not engine.has_unfinished_requests()
+    engine.add_request("fits", chat_prompts[6][:20], SamplingParams(max_tokens=8, temperature=0.0))
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert_pool_drained(engine)
