@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bench.fairness_load import Phase, Record
+from bench.report import _fmt
 
 # Tokens/s of free in buckets this long: the smallest one shows starvation.
 BUCKET_S = 5.0
@@ -88,14 +89,6 @@ def summarize_phase(idle: Phase, loaded: Phase, marks: dict) -> dict:
             for b in beats
         ],
     }
-
-
-def _fmt(value, digits: int = 1) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 ROWS = (

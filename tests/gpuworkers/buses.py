@@ -8,14 +8,14 @@ database cannot disturb each other.
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
-import redis
 
 from inference.bus.memory_bus import MemoryBus
 from inference.bus.redis_bus import RedisBus, RedisWorkerBus
+from tests.redis_helpers import redis_test_url as shared_redis_test_url
+from tests.redis_helpers import redis_up
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/2"
 # Nothing listens here: connection refused at once.
@@ -23,14 +23,11 @@ UNREACHABLE_REDIS_URL = "redis://127.0.0.1:6390/0"
 
 
 def redis_test_url() -> str:
-    return os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+    return shared_redis_test_url(DEFAULT_REDIS_URL)
 
 
 def _redis_up() -> bool:
-    try:
-        return bool(redis.Redis.from_url(redis_test_url(), socket_connect_timeout=1).ping())
-    except redis.RedisError:
-        return False
+    return redis_up(redis_test_url())
 
 
 REDIS_UP = _redis_up()

@@ -108,3 +108,19 @@ def sse_events(body: bytes) -> list[tuple[str | None, str]]:
         if data is not None:
             events.append((event_id, data))
     return events
+
+
+def sdk_client(key: str):
+    """The official async SDK talking to the ASGI app in this process."""
+    import httpx
+    import openai
+
+    from config.asgi import application
+
+    transport = httpx.ASGITransport(app=application)
+    return openai.AsyncOpenAI(
+        api_key=key,
+        base_url="http://testserver/v1",
+        max_retries=0,
+        http_client=httpx.AsyncClient(transport=transport, base_url="http://testserver"),
+    )

@@ -1,24 +1,12 @@
 """The per-tier context cap through the official SDK: a typed 400 before any GPU work."""
 
-import httpx
 import openai
 import pytest
 
+from tests.inference.asgi_client import sdk_client
 from tests.inference.conftest import DEMO
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
-
-
-def sdk(key: str) -> openai.AsyncOpenAI:
-    from config.asgi import application
-
-    transport = httpx.ASGITransport(app=application)
-    return openai.AsyncOpenAI(
-        api_key=key,
-        base_url="http://testserver/v1",
-        max_retries=0,
-        http_client=httpx.AsyncClient(transport=transport, base_url="http://testserver"),
-    )
 
 
 async def test_prompt_plus_max_tokens_over_the_tier_cap_is_context_length_exceeded(
@@ -37,7 +25,7 @@ async def test_prompt_plus_max_tokens_over_the_tier_cap_is_context_length_exceed
     (_, raw), cap = await sync_to_async(make)()
     long_message = "word " * (cap + 100)
     with pytest.raises(openai.BadRequestError) as error:
-        await sdk(raw).chat.completions.create(
+        await sdk_client(raw).chat.completions.create(
             model=DEMO, messages=[{"role": "user", "content": long_message}], max_tokens=16
         )
     assert error.value.code == "context_length_exceeded"

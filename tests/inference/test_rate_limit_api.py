@@ -7,7 +7,6 @@ embedded one and the Redis one in turn. Refusals are checked through the
 
 from decimal import Decimal
 
-import httpx
 import openai
 import pytest
 from asgiref.sync import sync_to_async
@@ -16,7 +15,7 @@ import tenants.ratelimit as ratelimit
 from billing.services import usage_record_create
 from inference import relay
 from tenants.models import Tier
-from tests.inference.asgi_client import asgi_post
+from tests.inference.asgi_client import asgi_post, sdk_client
 from tests.inference.conftest import DEMO
 from tests.tenants.ratelimit_backends import KINDS, make_limiter
 
@@ -75,18 +74,6 @@ def make_key(api_key_factory, demo_model):
     return sync_to_async(make)
 
 
-def sdk(key: str) -> openai.AsyncOpenAI:
-    from config.asgi import application
-
-    transport = httpx.ASGITransport(app=application)
-    return openai.AsyncOpenAI(
-        api_key=key,
-        base_url="http://testserver/v1",
-        max_retries=0,
-        http_client=httpx.AsyncClient(transport=transport, base_url="http://testserver"),
-    )
-
-
 async def create(client: openai.AsyncOpenAI, max_tokens: int = 5):
     return await client.chat.completions.with_raw_response.create(
         model=DEMO, messages=MESSAGES, max_tokens=max_tokens
@@ -99,7 +86,7 @@ async def test_success_carries_rate_limit_headers_and_tokens_settle_exactly(
     """Every success has the six headers; the next admission sees the exact usage."""
     worker_factory(tokens=3)
     _, key = await make_key(tpm_limit=10_000)
-    client = sdk(key)
+    client = sdk_client(key)
     first = await create(client, max_tokens=50)
     usage = first.parse().usage
     assert {h: first.headers[h] for h in HEADERS[:3]} == {
@@ -123,7 +110,7 @@ async def test_rpm_refusal_is_rate_limit_error_with_retry_after(worker_factory, 
     """Over the key's rpm: 429 rate_limit_exceeded, Retry-After and the headers."""
     worker_factory(tokens=1)
     _, key = await make_key(rpm_limit=2)
-    client = sdk(key)
+    client = sdk_client(key)
     await create(client)
     await create(client)
     with pytest.raises(openai.RateLimitError) as caught:
@@ -144,7 +131,7 @@ async def test_tpm_refusal_names_tokens(worker_factory, limiter, make_key):
     worker_factory(tokens=1)
     _, key = await make_key(tpm_limit=500)
     with pytest.raises(openai.RateLimitError) as caught:
-        await create(sdk(key), max_tokens=600)
+        await create(sdk_client(key), max_tokens=600)
     assert caught.value.code == "rate_limit_exceeded"
     assert caught.value.body["type"] == "tokens"
     assert caught.value.response.headers["x-ratelimit-limit-tokens"] == "500"
@@ -171,7 +158,7 @@ async def test_over_monthly_quota_is_insufficient_quota(worker_factory, limiter,
         duration_ms=1,
     )
     with pytest.raises(openai.RateLimitError) as caught:
-        await create(sdk(key), max_tokens=50)
+        await create(sdk_client(key), max_tokens=50)
     assert caught.value.code == "insufficient_quota"
     assert caught.value.body["type"] == "insufficient_quota"
     assert "x-ratelimit-remaining-tokens" in caught.value.response.headers
@@ -195,7 +182,7 @@ async def test_slot_released_and_tokens_settled_after_each_ending(
     their tokens (a rejection before the first token is refunded in full)."""
     worker = worker_factory(tokens=2, mode=mode)
     api_key, key = await make_key(concurrent=1)
-    client = sdk(key)
+    client = sdk_client(key)
     for _ in range(2):
         try:
             headers = (await create(client)).headers
@@ -221,7 +208,7 @@ async def test_disconnect_releases_the_slot_and_the_cap_holds(worker_factory, li
     await held.read_until(b"data: ")
     assert held.status == 200 and held.headers["x-ratelimit-remaining-requests"] == "99"
     with pytest.raises(openai.RateLimitError) as caught:
-        await create(sdk(key))
+        await create(sdk_client(key))
     assert caught.value.code == "rate_limit_exceeded"
     assert caught.value.response.headers["retry-after"] == "1"
     await held.disconnect()
@@ -229,18 +216,18 @@ async def test_disconnect_releases_the_slot_and_the_cap_holds(worker_factory, li
     assert worker.aborted
     assert await sync_to_async(limiter.in_flight)(tenant_id=api_key.tenant_id) == 0
     worker.mode = "complete"
-    assert (await create(sdk(key))).parse().choices
+    assert (await create(sdk_client(key))).parse().choices
 
 
 async def test_no_worker_refunds_the_reservation(worker_factory, limiter, make_key):
     """A request that never reaches a worker (503) frees its slot and its tokens."""
     api_key, key = await make_key(concurrent=1)
     with pytest.raises(openai.APIStatusError) as caught:
-        await create(sdk(key), max_tokens=50)
+        await create(sdk_client(key), max_tokens=50)
     assert caught.value.status_code == 503
     assert caught.value.response.headers["x-ratelimit-remaining-requests"] == "99"
     assert await sync_to_async(limiter.in_flight)(tenant_id=api_key.tenant_id) == 0
     worker_factory(tokens=1)
-    response = await create(sdk(key), max_tokens=1)
+    response = await create(sdk_client(key), max_tokens=1)
     prompt = response.parse().usage.prompt_tokens
     assert response.headers["x-ratelimit-remaining-tokens"] == str(100_000 - prompt - 1)

@@ -6,28 +6,25 @@ parallel runs on the same Redis database cannot disturb each other.
 
 from __future__ import annotations
 
-import os
 import uuid
 
 import pytest
-import redis
 
 from tenants.ratelimit import Limits, Ticket
 from tenants.ratelimit.memory_limiter import MemoryLimiter
 from tenants.ratelimit.redis_limiter import RedisLimiter
+from tests.redis_helpers import redis_test_url as shared_redis_test_url
+from tests.redis_helpers import redis_up
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/5"
 
 
 def redis_test_url() -> str:
-    return os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+    return shared_redis_test_url(DEFAULT_REDIS_URL)
 
 
 def _redis_up() -> bool:
-    try:
-        return bool(redis.Redis.from_url(redis_test_url(), socket_connect_timeout=1).ping())
-    except redis.RedisError:
-        return False
+    return redis_up(redis_test_url())
 
 
 needs_redis = pytest.mark.skipif(not _redis_up(), reason="Redis is not reachable")
