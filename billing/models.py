@@ -58,6 +58,10 @@ class UsageRecord(models.Model):
     ttft_ms = models.PositiveIntegerField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(default=0)
     worker_id = models.CharField(max_length=128, blank=True)
+    # The deployment version the worker ran (canary vs stable guardrails).
+    model_version = models.CharField(max_length=64, blank=True)
+    # A console "Regenerate" of an earlier reply: a quality signal for rollouts.
+    regenerated = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -26,6 +26,8 @@ def usage_record_create(
     ttft_ms: int | None,
     duration_ms: int,
     worker_id: str = "",
+    model_version: str = "",
+    regenerated: bool = False,
 ) -> tuple[UsageRecord, bool]:
     """Record a response's usage exactly once; returns ``(record, created)``.
 
@@ -50,6 +52,8 @@ def usage_record_create(
         ttft_ms=ttft_ms,
         duration_ms=duration_ms,
         worker_id=worker_id or "",
+        model_version=model_version or "",
+        regenerated=regenerated,
     )
     # Uniqueness is left to the database: a Python-side check would race.
     record.full_clean(exclude=_NOT_VALIDATED, validate_unique=False, validate_constraints=False)

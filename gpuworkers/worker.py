@@ -49,6 +49,7 @@ class WorkerLoop:
         bus: the worker side of the bus.
         worker_id: unique per process; the registry key.
         model_name: the served model's name (``GenerationRequest.model``).
+        version: the deployment's model version, reported in the heartbeat.
     """
 
     def __init__(
@@ -60,11 +61,13 @@ class WorkerLoop:
         *,
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
         idle_block_ms: int = IDLE_BLOCK_MS,
+        version: str = "",
     ):
         self.engine = engine
         self.bus = bus
         self.worker_id = worker_id
         self.model_name = model_name
+        self.version = version
         self.heartbeat_interval = heartbeat_interval
         self.idle_block_ms = idle_block_ms
         self.state = WorkerState.WARMING
@@ -241,6 +244,7 @@ class WorkerLoop:
             worker_id=self.worker_id,
             model=self.model_name,
             state=self.state,
+            version=self.version,
             running=stats.get("running", 0),
             waiting=stats.get("waiting", 0),
             swapped=stats.get("swapped", 0),

@@ -75,6 +75,7 @@ class ResponseRoute:
     include_usage: bool
     created: int
     prompt_tokens: int
+    model_version: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -235,6 +235,7 @@ async def _dispatch(
         include_usage=request.include_usage,
         created=int(time.time()),
         prompt_tokens=len(prepared.prompt_token_ids),
+        model_version=worker.version,
     )
     await response_route_save(route=route)
     return ResponseTap.start(route, on_terminal=functools.partial(usage_and_limits_settle, ticket))
@@ -292,6 +293,7 @@ async def usage_settle(route: ResponseRoute, usage: UsageSummary) -> None:
         ttft_ms=usage.ttft_ms,
         duration_ms=usage.duration_ms,
         worker_id=route.worker_id,
+        model_version=route.model_version,
     )
 
 

@@ -71,6 +71,8 @@ class WorkerInfo:
     worker_id: str
     model: str
     state: WorkerState
+    # The deployment's model version (rollouts route by it); "" when unversioned.
+    version: str = ""
     running: int = 0
     waiting: int = 0
     swapped: int = 0
