@@ -1,9 +1,19 @@
-"""Read-only admin for usage records: billing history is never edited by hand."""
+"""Admin: prices and budget policies are edited; usage, invoices and samples are read-only."""
 
 from django.contrib import admin
 from django.http import HttpRequest
 
-from billing.models import UsageRecord
+from billing.models import (
+    BudgetAlert,
+    BudgetPolicy,
+    DailyUsage,
+    GpuUsageSample,
+    Invoice,
+    InvoiceLine,
+    Price,
+    UsageRecord,
+)
+from billing.selectors.invoices import invoice_differences
 
 
 @admin.register(UsageRecord)
@@ -36,3 +46,102 @@ class UsageRecordAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Derived or issued rows: rebuilt by tasks, never edited by hand."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+@admin.register(Price)
+class PriceAdmin(admin.ModelAdmin):
+    """Prices are added, not edited: a change is a new row with a later date."""
+
+    list_display = [
+        "model",
+        "tier",
+        "effective_from",
+        "prompt_per_million",
+        "cached_prompt_per_million",
+        "completion_per_million",
+    ]
+    list_filter = ["tier", "model"]
+    date_hierarchy = "effective_from"
+
+    def get_readonly_fields(self, request: HttpRequest, obj=None):
+        # A price that may already be billed must not change under its invoices.
+        return [f.name for f in Price._meta.fields] if obj is not None else []
+
+
+class InvoiceLineInline(admin.TabularInline):
+    model = InvoiceLine
+    extra = 0
+    can_delete = False
+    readonly_fields = [f.name for f in InvoiceLine._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+@admin.register(Invoice)
+class InvoiceAdmin(ReadOnlyAdmin):
+    list_display = ["number", "tenant", "period", "total", "currency", "issued_at"]
+    list_filter = ["period", "tenant__tier"]
+    search_fields = ["number", "tenant__name"]
+    inlines = [InvoiceLineInline]
+    readonly_fields = ["reproduces"]
+
+    @admin.display(description="Reproduces from the usage records")
+    def reproduces(self, obj: Invoice) -> str:
+        differences = invoice_differences(invoice=obj)
+        return "yes" if not differences else "NO: " + "; ".join(differences)
+
+
+@admin.register(BudgetPolicy)
+class BudgetPolicyAdmin(admin.ModelAdmin):
+    list_display = ["tenant", "soft_alert_ratio", "alert_email"]
+    search_fields = ["tenant__name"]
+
+
+@admin.register(BudgetAlert)
+class BudgetAlertAdmin(ReadOnlyAdmin):
+    list_display = ["tenant", "period", "kind", "spend", "budget", "recipients", "sent_at"]
+    list_filter = ["kind", "period"]
+
+
+@admin.register(DailyUsage)
+class DailyUsageAdmin(ReadOnlyAdmin):
+    list_display = [
+        "day",
+        "tenant",
+        "api_key",
+        "model",
+        "requests",
+        "prompt_tokens",
+        "completion_tokens",
+        "cost",
+    ]
+    list_filter = ["day", "model"]
+    list_select_related = ["tenant", "api_key"]
+
+
+@admin.register(GpuUsageSample)
+class GpuUsageSampleAdmin(ReadOnlyAdmin):
+    list_display = [
+        "sampled_at",
+        "worker_id",
+        "model",
+        "busy_seconds",
+        "idle_seconds",
+        "hourly_price",
+    ]
+    list_filter = ["day", "model"]
+    search_fields = ["worker_id"]

@@ -1,9 +1,11 @@
-"""The usage admin is read-only."""
+"""The billing admin: usage and invoices read-only, prices append-only."""
+
+from datetime import date
 
 import pytest
 from django.urls import reverse
 
-from billing.services import usage_record_create
+from billing.services import invoice_issue, usage_record_create
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.tenants.admin_urls")]
 
@@ -34,3 +36,26 @@ def test_usage_records_are_listed_but_not_editable(admin_client, tenant_factory)
     assert admin_client.post(change, {"model": "other"}).status_code == 403
     record.refresh_from_db()
     assert record.model == "m"
+
+
+def test_an_invoice_shows_whether_it_reproduces(
+    admin_client, tenant_factory, price_factory, record_factory
+):
+    """The invoice's admin page recomputes it from the records; nothing is editable."""
+    tenant = tenant_factory(tier="pro")
+    price_factory("pro", date(2025, 1, 1), "1", "1", "1")
+    record_factory(tenant, date(2025, 3, 3), 1_000_000, 0, 0)
+    invoice, _ = invoice_issue(tenant_id=tenant.pk, period=date(2025, 3, 1))
+    page = admin_client.get(reverse("admin:billing_invoice_change", args=[invoice.pk]))
+    assert page.status_code == 200 and "1.00" in page.content.decode()
+    assert '<div class="readonly">yes</div>' in page.content.decode()
+    assert admin_client.get(reverse("admin:billing_invoice_add")).status_code == 403
+
+
+def test_a_price_cannot_be_edited_once_saved(admin_client, price_factory):
+    """A price change is a new row: the saved one's fields are read-only."""
+    price = price_factory("pro", date(2025, 1, 1), "1", "1", "1")
+    change = reverse("admin:billing_price_change", args=[price.pk])
+    admin_client.post(change, {"prompt_per_million": "9", "effective_from": "2025-01-01"})
+    price.refresh_from_db()
+    assert price.prompt_per_million == 1

@@ -7,6 +7,8 @@ unless ``--new-key`` is given. The key is shown once and also written to
 """
 
 import os
+from datetime import date
+from decimal import Decimal
 from pathlib import Path
 
 from django.conf import settings
@@ -14,11 +16,19 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from tenants.models import Membership
+from billing.services import price_set
+from tenants.models import Membership, Tier
 from tenants.selectors import api_key_authenticate
 from tenants.services import api_key_create, membership_create, tenant_get_or_create
 
 KEY_FILE = Path(settings.BASE_DIR) / ".cache" / "demo-api-key"
+# Demo list prices per 1M tokens (prompt, cached prompt, completion), so the
+# usage page and invoices show costs from the first request.
+DEMO_PRICES = {
+    "free": ("0", "0", "0"),
+    "pro": ("0.10", "0.05", "0.40"),
+    "enterprise": ("0.08", "0.04", "0.32"),
+}
 
 
 class Command(BaseCommand):
@@ -42,6 +52,16 @@ class Command(BaseCommand):
                 self.stderr.write(f"Created user {username!r} (password {password!r}); change it.")
             if not Membership.objects.filter(user=user).exists():
                 membership_create(user=user, tenant=tenant, role=Membership.Role.ADMIN)
+            for tier in Tier.objects.filter(name__in=DEMO_PRICES):
+                prompt, cached, completion = (Decimal(v) for v in DEMO_PRICES[tier.name])
+                price_set(
+                    model=settings.DEMO_MODEL_NAME,
+                    tier=tier,
+                    effective_from=date(2026, 1, 1),
+                    prompt_per_million=prompt,
+                    cached_prompt_per_million=cached,
+                    completion_per_million=completion,
+                )
             raw_key = None
             # A key file left over from another database does not count.
             saved = KEY_FILE.read_text().strip() if KEY_FILE.exists() else ""

@@ -1,8 +1,11 @@
-"""Writes for usage records."""
+"""Writes for usage records; each new one also feeds its tenant's spend counter."""
+
+import functools
 
 from django.db import IntegrityError, transaction
 
 from billing.models import UsageRecord
+from billing.services.budgets import spend_record
 
 # The foreign keys are enforced by the database; validating them in Python
 # would cost three extra queries on every response.
@@ -73,4 +76,7 @@ def usage_record_create(
         if existing is None:
             raise
         return existing, False
+    # After commit: the counter must never count a row that rolled back.
+    # robust: a cache outage costs the counter (re-seeded later), not the row.
+    transaction.on_commit(functools.partial(spend_record, record=record), robust=True)
     return record, True

@@ -1,0 +1,109 @@
+"""Reads for invoices: a month's lines computed from the UsageRecords, issued invoices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+
+from django.db.models import QuerySet
+
+from billing.models import Invoice, Price
+from billing.models.invoices import to_cents
+from billing.selectors.budgets import month_end, month_start
+from billing.selectors.pricing import PriceBook
+from billing.selectors.usage import usage_groups
+from tenants.models import Tenant
+
+
+class MissingPrice(LookupError):
+    """Billable usage of a model with no price in force: the invoice cannot be issued."""
+
+
+@dataclass(slots=True)
+class LineDraft:
+    """One invoice line before it is saved: a model's usage at one price."""
+
+    model: str
+    price: Price
+    first_day: date
+    last_day: date
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    # Exact, unrounded; the line's amount is this rounded to cents.
+    cost: Decimal = Decimal(0)
+
+
+def invoice_lines_compute(*, tenant: Tenant, period: date) -> list[LineDraft]:
+    """The month's billable usage per model and price in force, from the UsageRecords.
+
+    A price change mid-month splits a model's usage into one line per
+    price. Raises MissingPrice when billable usage has no price in force.
+    """
+    period = month_start(period)
+    book = PriceBook.for_tier(tenant.tier_id)
+    lines: dict[tuple[str, int], LineDraft] = {}
+    for g in usage_groups(start=period, end=month_end(period), tenant_ids=[tenant.pk]):
+        if not g.billable:
+            continue
+        price = book.price(g.model, g.day)
+        if price is None:
+            raise MissingPrice(
+                f"No price for model {g.model!r} on tier {tenant.tier} on {g.day}: "
+                "add one in the admin, then issue the invoice again."
+            )
+        line = lines.setdefault(
+            (g.model, price.pk), LineDraft(g.model, price, first_day=g.day, last_day=g.day)
+        )
+        line.first_day, line.last_day = min(line.first_day, g.day), max(line.last_day, g.day)
+        line.requests += g.requests
+        line.prompt_tokens += g.prompt_tokens
+        line.cached_tokens += g.cached_tokens
+        line.completion_tokens += g.completion_tokens
+        line.cost += price.cost(
+            prompt_tokens=g.prompt_tokens,
+            cached_tokens=g.cached_tokens,
+            completion_tokens=g.completion_tokens,
+        )
+    return sorted(lines.values(), key=lambda line: (line.model, line.first_day))
+
+
+def invoice_list(*, tenant: Tenant) -> QuerySet[Invoice]:
+    return Invoice.objects.filter(tenant=tenant).order_by("-period")
+
+
+def invoice_get(*, tenant: Tenant, number: str) -> Invoice | None:
+    """The tenant's invoice ``number``; another tenant's is indistinguishable from none."""
+    return Invoice.objects.filter(tenant=tenant, number=number).prefetch_related("lines").first()
+
+
+def invoice_differences(*, invoice: Invoice) -> list[str]:
+    """How the issued invoice differs from its month's UsageRecords now (empty: it reproduces).
+
+    Records arriving or changing after issue (they should not: the month
+    was closed) or a price edited under an issued invoice show up here.
+    """
+    drafts = {
+        (d.model, d.price.pk): d
+        for d in invoice_lines_compute(tenant=invoice.tenant, period=invoice.period)
+    }
+    differences = []
+    for line in invoice.lines.all():
+        draft = drafts.pop((line.model, line.price_id), None)
+        if draft is None:
+            differences.append(f"{line.model} at price {line.price_id}: no usage now")
+            continue
+        issued = (line.requests, line.prompt_tokens, line.cached_tokens, line.completion_tokens)
+        now = (draft.requests, draft.prompt_tokens, draft.cached_tokens, draft.completion_tokens)
+        if issued != now or line.amount != to_cents(draft.cost):
+            differences.append(
+                f"{line.model} at price {line.price_id}: issued {issued} for {line.amount}, "
+                f"records now give {now} for {to_cents(draft.cost)}"
+            )
+    differences.extend(
+        f"{d.model} at price {d.price.pk}: {d.requests} requests not on the invoice"
+        for d in drafts.values()
+    )
+    return differences

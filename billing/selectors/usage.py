@@ -1,0 +1,170 @@
+"""Usage reads: records, totals and per-day groups, priced."""
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+
+from django.db.models import BooleanField, Case, Count, QuerySet, Sum, Value, When
+from django.db.models.functions import Coalesce, TruncDate
+
+from billing.models import UsageRecord
+from billing.selectors.pricing import BILLABLE_STATUSES, PriceBook
+from tenants.models import ApiKey, Tenant
+
+
+def usage_list(
+    *, tenant: Tenant, since: datetime | None = None, until: datetime | None = None
+) -> QuerySet[UsageRecord]:
+    """The tenant's records, newest first; ``since`` inclusive, ``until`` exclusive."""
+    records = UsageRecord.objects.filter(tenant=tenant)
+    if since is not None:
+        records = records.filter(created_at__gte=since)
+    if until is not None:
+        records = records.filter(created_at__lt=until)
+    return records.order_by("-created_at", "-id")
+
+
+def usage_totals(*, tenant: Tenant, since: datetime | None = None) -> dict[str, int]:
+    """Sums over the tenant's records since ``since`` (all time when None).
+
+    Keys: requests, prompt_tokens, cached_tokens, completion_tokens,
+    total_tokens. Zero, never None, when there are no records.
+    """
+    totals = usage_list(tenant=tenant, since=since).aggregate(
+        requests=Count("id"),
+        prompt_tokens=Coalesce(Sum("prompt_tokens"), 0),
+        cached_tokens=Coalesce(Sum("cached_tokens"), 0),
+        completion_tokens=Coalesce(Sum("completion_tokens"), 0),
+    )
+    totals = {key: int(value) for key, value in totals.items()}
+    totals["total_tokens"] = totals["prompt_tokens"] + totals["completion_tokens"]
+    return totals
+
+
+def usage_get(*, tenant: Tenant, response_id: str) -> UsageRecord | None:
+    """The record for ``response_id`` if it belongs to ``tenant``, else None.
+
+    Another tenant's response id is indistinguishable from an unknown one.
+    """
+    return UsageRecord.objects.filter(tenant=tenant, response_id=response_id).first()
+
+
+@dataclass(slots=True)
+class UsageGroup:
+    """Usage of one tenant, day, key and model, split by billability."""
+
+    tenant_id: int
+    tier_id: int
+    day: date
+    api_key_id: int | None
+    model: str
+    billable: bool
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+
+
+def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
+    """UTC datetimes covering the days ``start`` to ``end``, both inclusive."""
+    since = datetime.combine(start, time.min, tzinfo=UTC)
+    return since, datetime.combine(end + timedelta(days=1), time.min, tzinfo=UTC)
+
+
+def usage_groups(
+    *, start: date, end: date, tenant_ids: list[int] | None = None
+) -> list[UsageGroup]:
+    """UsageRecords of days ``start``..``end`` (inclusive) summed per tenant, day, key, model.
+
+    One GROUP BY in the database; pricing happens on the sums, which is
+    exact because a cost is linear in the token counts.
+    """
+    since, until = day_bounds(start, end)
+    records = UsageRecord.objects.filter(created_at__gte=since, created_at__lt=until)
+    if tenant_ids is not None:
+        records = records.filter(tenant_id__in=tenant_ids)
+    rows = (
+        records.annotate(
+            day=TruncDate("created_at", tzinfo=UTC),
+            billable=Case(
+                When(status__in=BILLABLE_STATUSES, then=Value(True)),
+                default=Value(False),
+                output_field=BooleanField(),
+            ),
+        )
+        .values("tenant_id", "tenant__tier_id", "day", "api_key_id", "model", "billable")
+        .annotate(
+            requests=Count("id"),
+            prompt=Sum("prompt_tokens"),
+            cached=Sum("cached_tokens"),
+            completion=Sum("completion_tokens"),
+        )
+        .order_by("day", "tenant_id", "model", "api_key_id")
+    )
+    return [
+        UsageGroup(
+            tenant_id=row["tenant_id"],
+            tier_id=row["tenant__tier_id"],
+            day=row["day"],
+            api_key_id=row["api_key_id"],
+            model=row["model"],
+            billable=row["billable"],
+            requests=row["requests"],
+            prompt_tokens=int(row["prompt"]),
+            cached_tokens=int(row["cached"]),
+            completion_tokens=int(row["completion"]),
+        )
+        for row in rows
+    ]
+
+
+def usage_daily(*, tenant: Tenant, start: date, end: date, group_by: str) -> list[dict]:
+    """The tenant's usage and cost per day and key (or model), ``start``..``end`` inclusive.
+
+    ``group_by`` is "api_key" (group: the key's name and prefix, "Console"
+    for console usage) or "model". Each dict: day, group, requests,
+    prompt_tokens, cached_tokens, completion_tokens, cost (Decimal, exact,
+    unrounded). Tokens count every response; cost counts billable ones
+    (failed responses are not billed), at the price in force on the day for
+    the tenant's tier: cached prompt tokens at the cached price, the rest of
+    the prompt at the prompt price. Sorted by day, then group.
+    """
+    if group_by not in ("api_key", "model"):
+        raise ValueError(f"group_by must be 'api_key' or 'model', not {group_by!r}")
+    groups = usage_groups(start=start, end=end, tenant_ids=[tenant.pk])
+    book = PriceBook.for_tier(tenant.tier_id)
+    key_names = {
+        key.pk: str(key)
+        for key in ApiKey.objects.filter(pk__in={g.api_key_id for g in groups if g.api_key_id})
+    }
+    merged: dict[tuple[date, str], dict] = {}
+    for g in groups:
+        if group_by == "model":
+            label = g.model
+        else:
+            label = key_names.get(g.api_key_id, "Deleted key") if g.api_key_id else "Console"
+        row = merged.setdefault(
+            (g.day, label),
+            {
+                "day": g.day,
+                "group": label,
+                "requests": 0,
+                "prompt_tokens": 0,
+                "cached_tokens": 0,
+                "completion_tokens": 0,
+                "cost": Decimal(0),
+            },
+        )
+        row["requests"] += g.requests
+        row["prompt_tokens"] += g.prompt_tokens
+        row["cached_tokens"] += g.cached_tokens
+        row["completion_tokens"] += g.completion_tokens
+        if g.billable:
+            row["cost"] += book.cost(
+                g.model,
+                g.day,
+                prompt_tokens=g.prompt_tokens,
+                cached_tokens=g.cached_tokens,
+                completion_tokens=g.completion_tokens,
+            )
+    return [merged[k] for k in sorted(merged)]

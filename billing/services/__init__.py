@@ -1,0 +1,26 @@
+"""Writes for billing: usage records, budgets, roll-ups, invoices, GPU samples."""
+
+from billing.services.budgets import (
+    BudgetExhausted,
+    budget_admit,
+    budget_check,
+    spend_this_month,
+)
+from billing.services.gpu import gpu_usage_sample
+from billing.services.invoices import invoice_issue, tenants_to_invoice
+from billing.services.pricing import price_set
+from billing.services.rollups import daily_usage_rollup
+from billing.services.usage import usage_record_create
+
+__all__ = [
+    "BudgetExhausted",
+    "budget_admit",
+    "budget_check",
+    "daily_usage_rollup",
+    "gpu_usage_sample",
+    "invoice_issue",
+    "price_set",
+    "spend_this_month",
+    "tenants_to_invoice",
+    "usage_record_create",
+]
