@@ -1,4 +1,8 @@
-"""The engine's scheduling settings, from Django settings and the Tier rows.
+"""The engine's scheduling settings, from Django settings and the tiers.
+
+Tier weights come from the control snapshot (fleet.snapshot) like every
+other setting a worker reads, and from the Tier rows only when no snapshot
+has been published yet (a first start, the embedded engine).
 
 The engine package never imports Django; workers (the gpuworker command and
 the embedded engine) pass these to ``LLMEngine.from_pretrained``.
@@ -17,7 +21,22 @@ logger = logging.getLogger(__name__)
 
 def tier_weights() -> dict[str, float] | None:
     """Each tier's ``scheduling_weight``; None (the engine's defaults) when
-    the database cannot be read or holds no tiers."""
+    neither the snapshot nor the database has any."""
+    from fleet.snapshot import snapshot_current
+
+    snapshot = snapshot_current()
+    if snapshot is not None and snapshot.tiers:
+        weights = {
+            name: float(tier.scheduling_weight)
+            for name, tier in snapshot.tiers.items()
+            if tier.scheduling_weight > 0
+        }
+        if weights:
+            return weights
+    return _tier_weights_from_database()
+
+
+def _tier_weights_from_database() -> dict[str, float] | None:
     from tenants.models import Tier
 
     try:

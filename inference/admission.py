@@ -119,6 +119,12 @@ def _pending_for(info: WorkerInfo) -> dict[str, list[int]]:
 
 async def tier_queue_sla(name: str) -> float | None:
     """The tier's ``queue_sla_seconds`` (None for an unknown tier), cached."""
+    from fleet.snapshot import asnapshot_current
+
+    snapshot = await asnapshot_current()
+    if snapshot is not None and name in snapshot.tiers:
+        # The control snapshot: no query on the request path.
+        return float(snapshot.tiers[name].queue_sla_seconds)
     now = time.monotonic()
     hit = _sla_cache.get(name)
     if hit is not None and now - hit[0] < SLA_CACHE_SECONDS:

@@ -7,10 +7,19 @@ valid key whose tier has no API access gets 403.
 """
 
 from asgiref.sync import sync_to_async
+from django.db import DatabaseError
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
-from inference.errors import AuthenticationFailed, PermissionDenied
+from fleet.fallback import (
+    KeyUnverifiable,
+    auth_cache_authenticate,
+    auth_cache_forget,
+    auth_cache_remember,
+    db_mark_down,
+    db_marked_down,
+)
+from inference.errors import AuthenticationFailed, PermissionDenied, ServiceUnavailable
 from tenants.models import ApiKey
 from tenants.selectors import api_key_authenticate
 from tenants.services import api_key_touch
@@ -23,7 +32,7 @@ def _mask(raw_key: str) -> str:
 
 class ApiKeyAuth(HttpBearer):
     async def authenticate(self, request: HttpRequest, token: str) -> ApiKey:
-        api_key = await sync_to_async(api_key_authenticate)(raw_key=token)
+        api_key = await _authenticate(token)
         if api_key is None:
             raise AuthenticationFailed(f"Incorrect API key provided: {_mask(token)}.")
         tier = api_key.tenant.tier
@@ -32,8 +41,36 @@ class ApiKeyAuth(HttpBearer):
                 f"The {tier.name} tier has no API access; use the web console or upgrade.",
                 code="api_access_denied",
             )
-        await sync_to_async(api_key_touch)(api_key=api_key)
+        if not db_marked_down():
+            try:
+                await sync_to_async(api_key_touch)(api_key=api_key)
+            except DatabaseError:
+                db_mark_down()
         return api_key
+
+
+async def _authenticate(token: str) -> ApiKey | None:
+    """The database's answer; with PostgreSQL down, the recent-success cache's."""
+    if not db_marked_down():
+        try:
+            api_key = await sync_to_async(api_key_authenticate)(raw_key=token)
+        except DatabaseError:
+            db_mark_down()
+        else:
+            if api_key is None:
+                await sync_to_async(auth_cache_forget)(raw_key=token)
+            else:
+                await sync_to_async(auth_cache_remember)(api_key=api_key)
+            return api_key
+    try:
+        return await sync_to_async(auth_cache_authenticate)(raw_key=token)
+    except KeyUnverifiable as exc:
+        # A busy pool or an outage: the key may well be valid, so retryable.
+        raise ServiceUnavailable(
+            "API keys cannot be verified right now; retry shortly.",
+            code="database_unavailable",
+            headers={"Retry-After": "5"},
+        ) from exc
 
 
 api_key_auth = ApiKeyAuth()

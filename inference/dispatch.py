@@ -1,7 +1,9 @@
 """Hand admitted requests to GPU workers and read their event streams back.
 
 What the API layer calls (all async): ``dispatch_request`` picks a ready
-worker for the model and enqueues the request, ``stream_events`` yields the
+worker for the model (``fleet.router``: the model's weighted versions, then
+the conversation's replica on a consistent-hash ring, load permitting) and
+enqueues the request, ``stream_events`` yields the
 response's events through the terminal one, ``cancel_request`` asks the
 worker to stop. ``stream_events`` never hangs: a worker whose heartbeat
 lapses, a stream with no progress for too long and a bus that stays down
@@ -11,12 +13,16 @@ all end the stream with a ``failed`` event.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from django.conf import settings
 
+from fleet.router import Policy, RouteDecision, route
+from fleet.shadow import shadow_maybe
+from fleet.snapshot import asnapshot_current
 from inference.admission import admission_check
 from inference.bus import get_bus
 from inference.bus.base import (
@@ -26,9 +32,10 @@ from inference.bus.base import (
     EventType,
     GenerationRequest,
     WorkerInfo,
-    WorkerState,
 )
 from inference.bus.events import error_body, terminal_event, usage_from_events, worker_lost_error
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "BusUnavailable",
@@ -46,6 +53,9 @@ POLL_MS = 1000
 BUS_GRACE_SECONDS = 3.0
 # A worker whose KV cache is this full is picked only if all others are too.
 KV_NEARLY_FULL = 0.95
+# Prompt tokens hashed as the routing key when the caller gives none: about a
+# system prompt and a first message, the part a conversation's turns share.
+DEFAULT_KEY_TOKENS = 256
 # Seconds the first request waits for the embedded engine to load and warm.
 EMBEDDED_READY_TIMEOUT = 600.0
 
@@ -74,6 +84,10 @@ def _load_key(info: WorkerInfo) -> tuple[bool, float, float]:
     )
 
 
+def _queue_depth(info: WorkerInfo) -> float:
+    return _load_key(info)[1]
+
+
 def _note_sent(info: WorkerInfo, prompt_tokens: int) -> None:
     sent = _sent_since_heartbeat.get(info.worker_id)
     if sent is None or sent[0] != info.heartbeat_at:
@@ -94,10 +108,14 @@ async def _ensure_embedded_ready() -> None:
         )
 
 
-async def dispatch_request(request: GenerationRequest, *, bus: Bus | None = None) -> WorkerInfo:
-    """Enqueue ``request`` on the least loaded ready worker serving its model.
+async def dispatch_request(
+    request: GenerationRequest, *, bus: Bus | None = None, routing_key: str | None = None
+) -> WorkerInfo:
+    """Enqueue ``request`` on the replica the router picks for it.
 
-    Raises NoWorkerAvailable when no ready worker serves the model and
+    ``routing_key`` identifies the conversation (``fleet.routing``);
+    without one, the first prompt tokens stand in for it. Raises
+    NoWorkerAvailable when no ready worker serves the model and
     BusUnavailable when Redis cannot be reached (both are 503s).
     """
     if settings.EMBEDDED_ENGINE:
@@ -106,16 +124,48 @@ async def dispatch_request(request: GenerationRequest, *, bus: Bus | None = None
     registry = await bus.list_workers()
     for gone in _sent_since_heartbeat.keys() - {w.worker_id for w in registry}:
         _sent_since_heartbeat.pop(gone, None)
-    workers = [w for w in registry if w.model == request.model and w.state == WorkerState.READY]
-    if not workers:
+    if routing_key is None:
+        routing_key = ",".join(map(str, request.prompt_token_ids[:DEFAULT_KEY_TOKENS]))
+    snapshot = await asnapshot_current()
+    decision = route(
+        registry,
+        model=request.model,
+        routing_key=routing_key,
+        snapshot=snapshot,
+        load=_load_key,
+        queue_depth=_queue_depth,
+        policy=Policy(settings.FLEET_ROUTING_POLICY),
+    )
+    if decision is None:
         raise NoWorkerAvailable(request.model)
-    worker = min(workers, key=_load_key)
+    worker = decision.worker
     # Admission control (issue 5): a 429 with Retry-After now, when the
     # estimated wait exceeds the tier's SLA, rather than a timeout later.
     await admission_check(worker, request)
     await bus.submit(worker.worker_id, request)
     _note_sent(worker, len(request.prompt_token_ids))
+    await _shadow(bus, registry, request, decision, routing_key, snapshot)
     return worker
+
+
+async def _shadow(bus, registry, request, decision: RouteDecision, routing_key, snapshot) -> None:
+    """Also run a share of the stable version's requests on the canary (rollouts)."""
+    rollout = snapshot.rollout_of(request.model) if snapshot else None
+    if rollout is None or rollout.shadow_share <= 0 or decision.version == rollout.canary_version:
+        return
+    try:
+        await shadow_maybe(
+            bus=bus,
+            registry=registry,
+            request=request,
+            rollout=rollout,
+            stable_worker=decision.worker,
+            routing_key=routing_key,
+            note_sent=_note_sent,
+        )
+    except Exception:
+        # The user's request is already enqueued; its shadow is optional.
+        logger.warning("shadow of %s not sent", request.response_id, exc_info=True)
 
 
 async def cancel_request(response_id: str, *, worker_id: str, bus: Bus | None = None) -> None:

@@ -1,0 +1,200 @@
+"""Keep the request path serving while PostgreSQL is unreachable.
+
+Three pieces, each used only when a database call has just failed:
+
+- API keys: every successful authentication is remembered in Redis for
+  ``FLEET_AUTH_CACHE_SECONDS`` (prefix -> SHA-256 of the whole key, the
+  tenant and key ids, the cache salt, the tier name, the key's limits); with
+  the database down, a key is accepted if its hash matches that entry, and
+  its tier's limits come from the control snapshot. A key the database says
+  is unknown or revoked loses its entry at once.
+- Usage records that cannot be written go to a Redis Stream (the outbox);
+  ``usage_outbox_drain`` writes them to UsageRecord once the database is
+  back, idempotently on ``response_id``.
+- A breaker: after a database error, the next ``DB_RETRY_SECONDS`` skip the
+  database, so each request does not wait out a connection timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import time
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db import DatabaseError
+
+from fleet.snapshot import snapshot_current
+from tenants.models import ApiKey, Tenant, Tier, hash_api_key
+
+logger = logging.getLogger(__name__)
+
+DB_RETRY_SECONDS = 5.0
+_AUTH_PREFIX = "fleet:auth:"
+_db_down_until = 0.0
+
+
+def db_marked_down() -> bool:
+    return time.monotonic() < _db_down_until
+
+
+def db_mark_down() -> None:
+    global _db_down_until
+    _db_down_until = time.monotonic() + DB_RETRY_SECONDS
+    logger.warning("database unreachable; serving from the snapshot and caches")
+
+
+_clients: dict[str, redis.Redis] = {}
+
+
+def _redis() -> redis.Redis | None:
+    url = settings.REDIS_URL
+    if not url:
+        return None
+    client = _clients.get(url)
+    if client is None:
+        client = _clients[url] = redis.Redis.from_url(
+            url, socket_timeout=1, socket_connect_timeout=1
+        )
+    return client
+
+
+# -- API keys ----------------------------------------------------------------------
+
+
+def auth_cache_remember(*, api_key: ApiKey) -> None:
+    """Store what authenticating this key again without the database needs."""
+    client = _redis()
+    if client is None:
+        return
+    entry = {
+        "secret_hash": api_key.secret_hash,
+        "key_id": api_key.pk,
+        "name": api_key.name,
+        "rpm_limit": api_key.rpm_limit,
+        "tpm_limit": api_key.tpm_limit,
+        "tenant_id": api_key.tenant_id,
+        "tenant_name": api_key.tenant.name,
+        "cache_salt": api_key.tenant.cache_salt,
+        "tier": api_key.tenant.tier.name,
+    }
+    try:
+        client.set(
+            _AUTH_PREFIX + api_key.prefix, json.dumps(entry), ex=settings.FLEET_AUTH_CACHE_SECONDS
+        )
+    except redis.RedisError:
+        logger.warning("could not cache the authentication of %s", api_key.prefix)
+
+
+def auth_cache_forget(*, raw_key: str) -> None:
+    """The database refused this key: remember the refusal (a tombstone).
+
+    So that, with the database down later, the key keeps its 401 instead of
+    becoming merely unverifiable.
+    """
+    client = _redis()
+    prefix = raw_key.strip().partition(".")[0]
+    if client is not None and prefix:
+        with contextlib.suppress(redis.RedisError):
+            client.set(
+                _AUTH_PREFIX + prefix,
+                json.dumps({"refused": True}),
+                ex=settings.FLEET_AUTH_CACHE_SECONDS,
+            )
+
+
+class KeyUnverifiable(RuntimeError):
+    """The database is down and no cached authentication covers this key.
+
+    Not the same as an invalid key: a valid key that simply has not been
+    seen lately must get a retryable 503, never a 401 that tells its owner
+    to rotate it.
+    """
+
+
+def auth_cache_authenticate(*, raw_key: str) -> ApiKey | None:
+    """The key as last authenticated by the database; None when it is wrong.
+
+    None means provably wrong: malformed, or a secret that does not match
+    the cached hash for its prefix. Raises KeyUnverifiable when there is
+    nothing to check it against (no entry, no Redis, no snapshot). The
+    returned objects are unsaved stand-ins (tier from the snapshot); the
+    request path only reads them.
+    """
+    client = _redis()
+    snapshot = snapshot_current()
+    prefix, dot, secret = raw_key.strip().partition(".")
+    if not dot or not secret:
+        return None
+    if client is None or snapshot is None:
+        raise KeyUnverifiable(prefix)
+    try:
+        raw = client.get(_AUTH_PREFIX + prefix)
+    except redis.RedisError as exc:
+        raise KeyUnverifiable(prefix) from exc
+    if raw is None:
+        raise KeyUnverifiable(prefix)
+    entry = json.loads(raw)
+    if entry.get("refused"):
+        return None
+    if not hmac.compare_digest(hash_api_key(raw_key.strip()), entry["secret_hash"]):
+        return None
+    tier_settings = snapshot.tiers.get(entry["tier"])
+    if tier_settings is None:
+        raise KeyUnverifiable(prefix)
+    tier = Tier(**{f: getattr(tier_settings, f) for f in tier_settings.__slots__})
+    tenant = Tenant(
+        pk=entry["tenant_id"], name=entry["tenant_name"], tier=tier, cache_salt=entry["cache_salt"]
+    )
+    return ApiKey(
+        pk=entry["key_id"],
+        name=entry["name"],
+        prefix=prefix,
+        secret_hash=entry["secret_hash"],
+        tenant=tenant,
+        rpm_limit=entry["rpm_limit"],
+        tpm_limit=entry["tpm_limit"],
+    )
+
+
+# -- usage outbox ------------------------------------------------------------------
+
+
+def usage_outbox_push(*, fields: dict[str, Any]) -> None:
+    """Keep a usage record for later; raises RedisError if Redis is down too."""
+    client = _redis()
+    if client is None:
+        raise DatabaseError("no database and no Redis to keep the usage record in")
+    client.xadd(settings.FLEET_USAGE_OUTBOX_KEY, {"record": json.dumps(fields)})
+
+
+def usage_outbox_size() -> int:
+    client = _redis()
+    return int(client.xlen(settings.FLEET_USAGE_OUTBOX_KEY)) if client is not None else 0
+
+
+def usage_outbox_drain(*, batch: int = 500) -> int:
+    """Write outboxed usage records; returns how many were written or known.
+
+    Each entry is deleted only after its row exists, so a crash in between
+    replays it, and the unique response id makes the replay a no-op.
+    """
+    from billing.services import usage_record_create
+
+    client = _redis()
+    if client is None:
+        return 0
+    key = settings.FLEET_USAGE_OUTBOX_KEY
+    done = 0
+    while True:
+        entries = client.xrange(key, count=batch)
+        if not entries:
+            return done
+        for entry_id, data in entries:
+            usage_record_create(**json.loads(data[b"record"]))
+            client.xdel(key, entry_id)
+            done += 1

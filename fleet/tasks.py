@@ -1,0 +1,41 @@
+"""Celery tasks of the fleet queue: thin wrappers around fleet.services."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from fleet import services
+from fleet.fallback import usage_outbox_drain as _usage_outbox_drain
+from fleet.models import Rollout
+
+
+@shared_task(name="fleet.tasks.snapshot_publish")
+def snapshot_publish() -> int:
+    return services.snapshot_publish()
+
+
+@shared_task(name="fleet.tasks.rollout_begin")
+def rollout_begin(**options) -> int:
+    """Start a rollout (``services.rollout_start`` options) and schedule its steps."""
+    rollout = services.rollout_start(**options)
+    rollout_step.apply_async((rollout.pk,), countdown=rollout.dwell_seconds)
+    return rollout.pk
+
+
+@shared_task(name="fleet.tasks.rollout_step")
+def rollout_step(rollout_id: int) -> str:
+    """Judge the current step after its dwell time; schedule the next one."""
+    rollout = services.rollout_advance(rollout_id=rollout_id)
+    if rollout.state == Rollout.State.RAMPING:
+        rollout_step.apply_async((rollout_id,), countdown=rollout.dwell_seconds)
+    return rollout.state
+
+
+@shared_task(name="fleet.tasks.usage_outbox_drain")
+def usage_outbox_drain() -> int:
+    return _usage_outbox_drain()
+
+
+@shared_task(name="fleet.tasks.standby_retire")
+def standby_retire() -> list[str]:
+    return services.standby_retire()

@@ -1,0 +1,32 @@
+"""Fleet fixtures: a private snapshot key per test, and the worker-loop fixtures.
+
+Every test publishes to its own ``FLEET_SNAPSHOT_KEY`` and starts with an
+empty in-process reader, so snapshots never leak between tests (or into
+other apps' tests sharing the Redis database).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from fleet.snapshot import snapshot_reset
+from tests.gpuworkers.conftest import engine, prompt_ids, serve  # noqa: F401 (fixtures)
+
+
+@pytest.fixture(autouse=True)
+def fleet_snapshot_key(settings):
+    settings.FLEET_SNAPSHOT_KEY = f"test-fleet-{uuid.uuid4().hex[:10]}:snapshot"
+    settings.FLEET_USAGE_OUTBOX_KEY = f"test-fleet-{uuid.uuid4().hex[:10]}:outbox"
+    settings.FLEET_SNAPSHOT_REFRESH = 0.0
+    snapshot_reset()
+    keys = [settings.FLEET_SNAPSHOT_KEY, settings.FLEET_SNAPSHOT_KEY + ":seq"]
+    keys.append(settings.FLEET_USAGE_OUTBOX_KEY)
+    url = settings.REDIS_URL  # a test may point settings elsewhere
+    yield settings.FLEET_SNAPSHOT_KEY
+    snapshot_reset()
+    if url:
+        import redis
+
+        redis.Redis.from_url(url).delete(*keys)

@@ -1,0 +1,98 @@
+"""A client population for fleet tests: requests through the real dispatch path.
+
+Each request is dispatched by ``inference.dispatch.dispatch_request`` (so
+routing follows the published snapshot), read to its terminal event and
+recorded as a UsageRecord with the worker's version, as the API's relay
+does. Runs in its own thread and event loop until stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from asgiref.sync import sync_to_async
+
+from billing.services import usage_record_create
+from gpuworkers.engine.sampling_params import SamplingParams
+from inference.bus.base import Bus, GenerationRequest
+from inference.dispatch import dispatch_request, wait_for_terminal
+
+
+@dataclass
+class Traffic:
+    bus: Bus
+    model: str
+    tenant_id: int
+    prompt: list[int]
+    concurrency: int = 3
+    # (version, terminal type, worker id) per finished request, in order.
+    results: list[tuple[str, str, str]] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Traffic:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(60)
+
+    def since(self, index: int) -> list[tuple[str, str, str]]:
+        return self.results[index:]
+
+    async def _run(self) -> None:
+        await asyncio.gather(*(self._client(c) for c in range(self.concurrency)))
+
+    async def _client(self, client: int) -> None:
+        n = 0
+        while not self._stop.is_set():
+            n += 1
+            try:
+                await self.one(f"conversation-{client}-{n}")
+            except Exception as exc:  # surfaced by the test's assertions
+                self.errors.append(exc)
+                await asyncio.sleep(0.1)
+
+    async def one(self, conversation: str) -> None:
+        sampling = dataclasses.asdict(SamplingParams(max_tokens=2, temperature=0.0))
+        request = GenerationRequest(
+            response_id=f"fleet-{uuid.uuid4().hex}",
+            model=self.model,
+            prompt_token_ids=self.prompt,
+            sampling=sampling,
+            tier="pro",
+            tenant_id=self.tenant_id,
+        )
+        worker = await dispatch_request(request, bus=self.bus, routing_key=conversation)
+        terminal = await wait_for_terminal(
+            request.response_id, worker_id=worker.worker_id, bus=self.bus, timeout=60
+        )
+        status = terminal["type"] if terminal else "failed"
+        usage = (terminal or {}).get("usage") or {}
+        metrics = (terminal or {}).get("metrics") or {}
+        # Thread-sensitive: one thread, one pooled connection, however many requests.
+        await sync_to_async(usage_record_create)(
+            response_id=request.response_id,
+            tenant_id=self.tenant_id,
+            model=self.model,
+            source="api",
+            status=status,
+            finish_reason="",
+            prompt_tokens=usage.get("prompt_tokens", 0),
+            cached_tokens=usage.get("cached_tokens", 0),
+            completion_tokens=usage.get("completion_tokens", 0),
+            queue_time_ms=int(metrics.get("queue_time_ms") or 0),
+            ttft_ms=None if metrics.get("ttft_ms") is None else int(metrics["ttft_ms"]),
+            duration_ms=int(metrics.get("duration_ms") or 0),
+            worker_id=worker.worker_id,
+            model_version=worker.version,
+        )
+        self.results.append((worker.version, status, worker.worker_id))
