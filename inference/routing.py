@@ -1,4 +1,9 @@
 """WebSocket routes, mounted by config.asgi."""
 
-# The console chat consumer registers its route here.
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from console.consumers import ChatConsumer
+
+websocket_urlpatterns: list = [
+    path("ws/chat/", ChatConsumer.as_asgi()),
+]

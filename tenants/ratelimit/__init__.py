@@ -36,7 +36,7 @@ from tenants.ratelimit.memory_limiter import MemoryLimiter
 from tenants.ratelimit.redis_limiter import RedisLimiter
 
 if TYPE_CHECKING:
-    from tenants.models import ApiKey
+    from tenants.models import ApiKey, Tenant
 
 __all__ = [
     "ADMITTED",
@@ -50,6 +50,7 @@ __all__ = [
     "format_reset",
     "get_limiter",
     "limits_for",
+    "limits_for_tenant",
     "rate_limit_admit",
     "rate_limit_settle",
     "reset_limiters",
@@ -89,6 +90,19 @@ def limits_for(api_key: ApiKey) -> Limits:
     return Limits(
         key_rpm=api_key.effective_rpm,
         key_tpm=api_key.effective_tpm,
+        tenant_rpm=tier.rpm,
+        tenant_tpm=tier.tpm,
+        max_concurrent=tier.max_concurrent_requests,
+        monthly_quota=tier.monthly_token_quota,
+    )
+
+
+def limits_for_tenant(tenant: Tenant) -> Limits:
+    """Limits of a request made without a key (the console): the tier's alone."""
+    tier = tenant.tier
+    return Limits(
+        key_rpm=tier.rpm,
+        key_tpm=tier.tpm,
         tenant_rpm=tier.rpm,
         tenant_tpm=tier.tpm,
         max_concurrent=tier.max_concurrent_requests,

@@ -45,18 +45,23 @@ class Ticket:
     """Names one response's reservation: its scopes and its quota month."""
 
     response_id: str
-    api_key_id: int
+    # None for a console request, made with a session rather than a key.
+    api_key_id: int | None
     tenant_id: int
     # "YYYYMM" (UTC) of the admission: the month the tokens are charged to.
     period: str
 
     @classmethod
-    def for_response(cls, *, response_id: str, api_key_id: int, tenant_id: int) -> Ticket:
+    def for_response(cls, *, response_id: str, api_key_id: int | None, tenant_id: int) -> Ticket:
         period = time.strftime("%Y%m", time.gmtime())
         return cls(response_id, api_key_id, tenant_id, period)
 
     @property
     def key_scope(self) -> str:
+        # Console requests share one window per tenant, limited like the
+        # tenant scope (limits_for_tenant), so only the tenant limits bind.
+        if self.api_key_id is None:
+            return f"c:{self.tenant_id}"
         return f"k:{self.api_key_id}"
 
     @property

@@ -1,0 +1,150 @@
+"""The console chat socket's frames (notes: ws_protocol.md), as plain data.
+
+Parsing turns a client frame into a typed command or raises ProtocolError;
+``client_frame`` turns a bus event into what the browser receives. Nothing
+here touches the database or the bus, so the consumer stays a relay.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from inference.bus.base import TERMINAL_EVENTS, EventType
+from inference.errors import APIError, InsufficientQuota
+
+# A message is one turn typed by a person; the tier's context cap bounds
+# what the model sees, this bounds what one frame may carry.
+MAX_CONTENT_CHARS = 32_000
+
+
+class ProtocolError(Exception):
+    """A frame the server refuses; sent back as an ``error`` frame."""
+
+    def __init__(self, message: str, *, code: str = "invalid_message"):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+@dataclass(slots=True, frozen=True)
+class Send:
+    conversation_id: int | None
+    content: str
+    model: str
+
+
+@dataclass(slots=True, frozen=True)
+class Regenerate:
+    conversation_id: int
+
+
+@dataclass(slots=True, frozen=True)
+class Stop:
+    response_id: str
+
+
+@dataclass(slots=True, frozen=True)
+class Resume:
+    response_id: str
+    after_seq: int
+
+
+Command = Send | Regenerate | Stop | Resume
+
+
+def _int(frame: dict, name: str, *, optional: bool = False, minimum: int = 1) -> int | None:
+    value = frame.get(name)
+    if value is None and optional:
+        return None
+    # bool is an int in Python; a JSON true is not a valid id.
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ProtocolError(f"'{name}' must be an integer of at least {minimum}.")
+    return value
+
+
+def _str(frame: dict, name: str, *, max_length: int) -> str:
+    value = frame.get(name)
+    if not isinstance(value, str) or not value.strip():
+        raise ProtocolError(f"'{name}' must be a non-empty string.")
+    if len(value) > max_length:
+        raise ProtocolError(f"'{name}' is longer than {max_length} characters.")
+    return value
+
+
+def parse_command(frame: Any) -> Command:
+    if not isinstance(frame, dict):
+        raise ProtocolError("A frame must be a JSON object.")
+    kind = frame.get("type")
+    if kind == "chat.send":
+        return Send(
+            conversation_id=_int(frame, "conversation_id", optional=True),
+            content=_str(frame, "content", max_length=MAX_CONTENT_CHARS),
+            model=_str(frame, "model", max_length=128),
+        )
+    if kind == "chat.regenerate":
+        return Regenerate(conversation_id=_int(frame, "conversation_id"))
+    if kind == "chat.stop":
+        return Stop(response_id=_str(frame, "response_id", max_length=64))
+    if kind == "chat.resume":
+        return Resume(
+            response_id=_str(frame, "response_id", max_length=64),
+            after_seq=_int(frame, "after_seq", minimum=0),
+        )
+    raise ProtocolError(f"Unknown frame type: {kind!r}.", code="unknown_type")
+
+
+def started_frame(*, conversation_id: int, message_id: int, response_id: str) -> dict:
+    return {
+        "type": "response.started",
+        "conversation_id": conversation_id,
+        "message_id": message_id,
+        "response_id": response_id,
+    }
+
+
+def client_frame(event: dict[str, Any], response_id: str) -> dict[str, Any] | None:
+    """The browser's frame for one bus event; None for ``created``."""
+    kind = event["type"]
+    if kind == EventType.DELTA:
+        choices = event.get("choices") or []
+        text = "".join(c.get("text") or "" for c in choices if c.get("index", 0) == 0)
+        return {"type": "delta", "response_id": response_id, "seq": event["seq"], "text": text}
+    if kind in TERMINAL_EVENTS:
+        usage = event.get("usage") or {}
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        error = event.get("error")
+        return {
+            "type": str(kind),
+            "response_id": response_id,
+            "seq": event["seq"],
+            "finish_reason": (event.get("finish_reasons") or {}).get("0"),
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
+            "error": (
+                {"message": error.get("message"), "code": error.get("code")} if error else None
+            ),
+        }
+    return None
+
+
+def error_frame(code: str, message: str, retry_after: float | None = None) -> dict[str, Any]:
+    return {"type": "error", "code": code, "message": message, "retry_after": retry_after}
+
+
+def refusal_frame(exc: APIError, *, now: dt.datetime | None = None) -> dict[str, Any]:
+    """An ``error`` frame for a refused request, saying when a retry can work."""
+    retry_after = getattr(exc, "retry_after", None)
+    if isinstance(exc, InsufficientQuota):
+        # The monthly quota resets when the next month starts (UTC).
+        now = now or dt.datetime.now(dt.UTC)
+        next_month = (now.replace(day=1) + dt.timedelta(days=32)).replace(
+            day=1, hour=0, minute=0, second=0, microsecond=0
+        )
+        retry_after = (next_month - now).total_seconds()
+    return error_frame(exc.code or exc.type, exc.message, retry_after)
