@@ -23,6 +23,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.db import connections
 from django.http import JsonResponse, StreamingHttpResponse
 
 from inference.bus.base import TERMINAL_EVENTS, EventType
@@ -138,6 +140,10 @@ class ResponseTap:
             raise
         except Exception:
             logger.exception("Reading the events of %s failed", self.route.response_id)
+            if self._abort:
+                # Its client gets a failed ending now; the worker must not
+                # keep generating tokens that nobody reads or bills.
+                spawn(_cancel_quietly(self.route))
         final = terminal or _interrupted(ledger)
         if self._on_terminal is not None:
             try:
@@ -206,6 +212,7 @@ async def completion_response(tap: ResponseTap) -> JsonResponse:
     builder = CompletionBuilder(
         route.response_id, route.model, route.created, route.n, route.logprobs
     )
+    await release_db_connection()
     try:
         while True:
             event = await tap.next_event()
@@ -222,6 +229,7 @@ async def completion_response(tap: ResponseTap) -> JsonResponse:
 
 async def stream_response(tap: ResponseTap, *, after_seq: int = 0) -> StreamingHttpResponse:
     """Answer SSE; waits for the first event so an immediate failure is an HTTP error."""
+    await release_db_connection()
     try:
         first = await tap.next_event()
     except asyncio.CancelledError:
@@ -262,6 +270,26 @@ async def _sse_body(
         # Reached on CancelledError (client disconnected) and on aclose()
         # alike; after a terminal event abandon() does nothing.
         tap.abandon()
+
+
+async def release_db_connection() -> None:
+    """Give the request's database connection back to the pool before a long wait.
+
+    Under ASGI each request's sync calls share a thread of its own, whose
+    connection Django keeps until the request ends; a response lasts as
+    long as its generation, so DB_POOL_MAX open responses held every pooled
+    connection and the next request waited DB_POOL_TIMEOUT, then failed.
+    Anything later in the request that needs the database reconnects.
+    """
+    await sync_to_async(_close_idle_connections)()
+
+
+def _close_idle_connections() -> None:
+    # What Django does at the end of a request, except inside a transaction
+    # (a test's, or a caller's): closing there would end it.
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
 
 
 def encode_frames(frames: list[str], seq: int) -> str:

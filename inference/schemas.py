@@ -10,12 +10,29 @@ them in the OpenAPI schema.
 from typing import Annotated, Literal
 
 from ninja import Schema
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from gpuworkers.engine.sampling_params import MAX_N, MAX_STOP_STRINGS, MAX_TOP_LOGPROBS
 from inference.errors import InvalidRequest
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Stop strings are matched against the output after every token; a huge one
+# would be held back and compared at every step for nothing.
+MAX_STOP_STRING_CHARS = 256
+
+
+def _encodable(value: str) -> str:
+    # JSON escapes can spell unpaired UTF-16 surrogates ("\ud800"): valid
+    # JSON, but no text. The tokenizer cannot encode them, so refuse here.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("the string contains an unpaired surrogate (invalid Unicode)") from None
+    return value
+
+
+ENCODABLE = AfterValidator(_encodable)
+Text = Annotated[str, ENCODABLE]
 
 
 class StrictSchema(Schema):
@@ -25,13 +42,13 @@ class StrictSchema(Schema):
 
 class TextContentPart(StrictSchema):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class ChatMessage(StrictSchema):
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | Annotated[list[TextContentPart], Field(min_length=1)]
-    name: Annotated[str, Field(max_length=256)] | None = None
+    content: Text | Annotated[list[TextContentPart], Field(min_length=1)]
+    name: Annotated[str, Field(max_length=256), ENCODABLE] | None = None
 
     @property
     def text(self) -> str:
@@ -44,7 +61,7 @@ class StreamOptions(StrictSchema):
     include_usage: bool | None = None
 
 
-StopString = Annotated[str, Field(min_length=1)]
+StopString = Annotated[str, Field(min_length=1, max_length=MAX_STOP_STRING_CHARS), ENCODABLE]
 UnsupportedPenalty = Annotated[
     float,
     Field(
@@ -55,7 +72,7 @@ UnsupportedPenalty = Annotated[
 
 
 class ChatCompletionRequest(StrictSchema):
-    model: Annotated[str, Field(min_length=1, max_length=128)]
+    model: Annotated[str, Field(min_length=1, max_length=128), ENCODABLE]
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_tokens: Annotated[int, Field(ge=1)] | None = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -68,7 +85,7 @@ class ChatCompletionRequest(StrictSchema):
     stream_options: StreamOptions | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
-    user: Annotated[str, Field(max_length=256)] | None = None
+    user: Annotated[str, Field(max_length=256), ENCODABLE] | None = None
     presence_penalty: UnsupportedPenalty | None = None
     frequency_penalty: UnsupportedPenalty | None = None
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 
 from inference.bus.base import (
     TERMINAL_EVENTS,
@@ -41,6 +43,12 @@ INBOX_TTL = 86400
 # Longest single XREAD wait; the socket timeout must stay above it.
 MAX_BLOCK_MS = 5000
 SOCKET_TIMEOUT = 10.0
+# Web tier: every open response blocks one connection in XREAD for up to a
+# poll; redis-py's asyncio pool refuses its 101st connection by default, so
+# past 100 concurrent streams per web process requests failed with
+# bus_unavailable. A larger pool that waits (up to POOL_WAIT) when full.
+MAX_CONNECTIONS = 1024
+POOL_WAIT = 10.0
 
 # KEYS: stream, term. ARGV: seq, event JSON, is_terminal, response ttl, open ttl.
 PUBLISH_LUA = """
@@ -113,9 +121,20 @@ class RedisBus:
     def __init__(self, url: str, *, response_ttl: int = 600, heartbeat_ttl: int = 6):
         self.response_ttl = response_ttl
         self.heartbeat_ttl = heartbeat_ttl
-        self._redis = aioredis.Redis.from_url(
-            url, decode_responses=True, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=2
+        # After a Redis restart every pooled asyncio connection is dead and
+        # fails its next command once ("Connection closed by server"); retry
+        # on a fresh connection instead of failing that many requests.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=MAX_CONNECTIONS,
+            timeout=POOL_WAIT,
+            decode_responses=True,
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=2,
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+            retry_on_error=[redis.ConnectionError],
         )
+        self._redis = aioredis.Redis.from_pool(pool)
         self._if_open = self._redis.register_script(PUBLISH_IF_OPEN_LUA)
 
     async def submit(self, worker_id: str, request: GenerationRequest) -> None:
