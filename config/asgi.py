@@ -12,6 +12,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from inference.routing import websocket_urlpatterns  # noqa: E402
 
@@ -24,7 +25,8 @@ if settings.EMBEDDED_ENGINE:
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # The console's few CSS/JS files, served without blocking the loop.
+        "http": ASGIStaticFilesHandler(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from celery.schedules import crontab
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -45,6 +46,8 @@ INSTALLED_APPS = [
     "billing",
     "inference",
     "gpuworkers",
+    "fleet",
+    "console",
 ]
 
 MIDDLEWARE = [
@@ -73,6 +76,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "console.context_processors.console",
             ]
         },
     }
@@ -93,7 +97,9 @@ def _postgres_with_pool(config: dict) -> dict:
         config.setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1,
             "max_size": env_int("DB_POOL_MAX", 16),
-            "timeout": 30,
+            # DB_POOL_TIMEOUT: with PostgreSQL down, a short wait lets the
+            # fleet's fallbacks (snapshot, auth cache, usage outbox) answer.
+            "timeout": float(os.environ.get("DB_POOL_TIMEOUT", "30")),
         }
     return config
 
@@ -118,8 +124,12 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# config.asgi serves /static/ from the finders (Django's async
+# ASGIStaticFilesHandler): no collectstatic step before a test run or a dev
+# server. WhiteNoise's middleware is sync-only and would force every async
+# view (SSE streams) through async_to_sync.
 LOGIN_URL = "/accounts/login/"
-LOGIN_REDIRECT_URL = "/"
+LOGIN_REDIRECT_URL = "/chat/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 # The chat API accepts long prompts; the per-tier context cap is the real bound.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 2 * 1024 * 1024)
@@ -144,11 +154,70 @@ CACHES = {
     else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 }
 
-CELERY_BROKER_URL = REDIS_URL or "memory://"
-CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
+# Celery (config/celery_app.py): Redis by default; the in-memory broker of
+# embedded mode only serves a worker in the same process (bin/run has none,
+# so there the beat's jobs do not run; their services still work when called).
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = (
+    os.environ.get("CELERY_RESULT_BACKEND") or CELERY_BROKER_URL
+    if REDIS_URL or os.environ.get("CELERY_BROKER_URL")
+    else "cache+memory://"
+)
+# Tasks are idempotent, so a task whose worker died is redelivered, not lost.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TRACK_STARTED = True
+CELERY_RESULT_EXPIRES = 24 * 3600
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Queues: billing (invoices, roll-ups, budgets, reports) and fleet (worker
+# accounting, fleet operations); the first matching route wins.
+CELERY_TASK_DEFAULT_QUEUE = "billing"
+CELERY_TASK_ROUTES = {
+    "billing.tasks.gpu_usage_sample": {"queue": "fleet"},
+    "billing.tasks.*": {"queue": "billing"},
+    "fleet.tasks.*": {"queue": "fleet"},
+}
+CELERY_BEAT_SCHEDULE = {
+    "billing-daily-usage-rollup": {
+        # Hourly: yesterday settles, today stays current.
+        "task": "billing.tasks.daily_usage_rollup",
+        "schedule": crontab(minute=5),
+    },
+    "billing-monthly-invoices": {
+        # Daily, for the month before: a missed first of the month still bills.
+        "task": "billing.tasks.invoices_issue_monthly",
+        "schedule": crontab(minute=30, hour=1),
+    },
+    "billing-budget-checks": {"task": "billing.tasks.budgets_check", "schedule": 300.0},
+    "fleet-gpu-usage-sample": {
+        "task": "billing.tasks.gpu_usage_sample",
+        # Seconds; what a worker that dies between samples leaves uncounted.
+        "schedule": float(env_int("GPU_SAMPLE_INTERVAL", 60)),
+    },
+    # Re-publish the control snapshot even without changes: a Redis that lost
+    # it gets it back; drain usage written to the outbox while PostgreSQL was
+    # down; retire versions whose rollback grace period is over.
+    "fleet-snapshot-publish": {"task": "fleet.tasks.snapshot_publish", "schedule": 30.0},
+    "fleet-usage-outbox-drain": {"task": "fleet.tasks.usage_outbox_drain", "schedule": 15.0},
+    "fleet-standby-retire": {"task": "fleet.tasks.standby_retire", "schedule": 60.0},
+}
+
+# Billing: one currency; soft budget alerts go out by email.
+BILLING_CURRENCY = os.environ.get("BILLING_CURRENCY", "USD")
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "billing@localhost")
+# A GPU worker's price per hour (gpuworker --hourly-price overrides it).
+WORKER_HOURLY_PRICE = os.environ.get("WORKER_HOURLY_PRICE", "0")
 
 # Rate limits and quotas (tenants.ratelimit): Redis key prefix, and how long
 # a concurrency slot is held at most when its response never settles (a web
@@ -179,6 +248,26 @@ RESPONSE_STREAM_TTL = env_int("RESPONSE_STREAM_TTL", 600)
 # Seconds a response stream may go without any event before the web tier
 # aborts it and ends it failed (inference.dispatch.stream_events).
 STREAM_IDLE_TIMEOUT = env_int("STREAM_IDLE_TIMEOUT", 300)
+
+# Fleet (fleet/): the versioned control snapshot in Redis, how often each
+# process re-reads it, the routing policy (cache_aware, affinity_only,
+# round_robin, least_loaded), the bearer token of /fleet/signal and
+# /fleet/state for orchestrators (staff sessions need none), and how long
+# a successful API key authentication may stand in for the database when
+# PostgreSQL is unreachable.
+FLEET_SNAPSHOT_KEY = os.environ.get("FLEET_SNAPSHOT_KEY", "fleet:snapshot")
+FLEET_SNAPSHOT_REFRESH = float(os.environ.get("FLEET_SNAPSHOT_REFRESH", "2"))
+FLEET_ROUTING_POLICY = os.environ.get("FLEET_ROUTING_POLICY", "cache_aware")
+FLEET_SIGNAL_TOKEN = os.environ.get("FLEET_SIGNAL_TOKEN", "")
+FLEET_AUTH_CACHE_SECONDS = env_int("FLEET_AUTH_CACHE_SECONDS", 300)
+FLEET_USAGE_OUTBOX_KEY = os.environ.get("FLEET_USAGE_OUTBOX_KEY", "fleet:usage-outbox")
+# Console chat: how long a reply whose socket dropped abnormally (not a clean
+# close) keeps generating, waiting for the browser to reconnect and resume it.
+CONSOLE_RESUME_GRACE_SECONDS = env_int("CONSOLE_RESUME_GRACE_SECONDS", 10)
+# Longest console reply (further capped by the tier). The engine reserves KV
+# for a request's full length, so a chat must not ask for the tier's whole
+# output cap by default (4096 tokens would not even fit a small worker).
+CONSOLE_MAX_OUTPUT_TOKENS = env_int("CONSOLE_MAX_OUTPUT_TOKENS", 1024)
 
 LOGGING = {
     "version": 1,

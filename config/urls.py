@@ -1,5 +1,6 @@
 from django.contrib import admin
-from django.urls import path
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
 
 from config.api import api
 from inference.views import home
@@ -8,4 +9,15 @@ urlpatterns = [
     path("", home, name="home"),
     path("admin/", admin.site.urls),
     path("v1/", api.urls),
+    path("fleet/", include("fleet.urls")),
+    path("billing/", include("billing.urls")),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(
+            template_name="console/login.html", redirect_authenticated_user=True
+        ),
+        name="login",
+    ),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("console.urls")),
 ]

@@ -45,7 +45,13 @@ class EmbeddedWorker:
     def _run(self) -> None:
         try:
             engine = self._load_engine()
-            self.loop = WorkerLoop(engine, get_worker_bus(), self.worker_id, self.model_name)
+            self.loop = WorkerLoop(
+                engine,
+                get_worker_bus(),
+                self.worker_id,
+                self.model_name,
+                hourly_price=settings.WORKER_HOURLY_PRICE,
+            )
             waiter = threading.Thread(target=self._mark_ready, daemon=True)
             waiter.start()
             self.loop.run()

@@ -15,6 +15,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections import deque
 from typing import Any
 
@@ -50,6 +51,8 @@ class WorkerLoop:
         worker_id: unique per process; the registry key.
         model_name: the served model's name (``GenerationRequest.model``).
         version: the deployment's model version, reported in the heartbeat.
+        hourly_price: what this deployment's GPU costs per hour (a decimal
+            string), reported with the busy/idle seconds for cost accounting.
     """
 
     def __init__(
@@ -62,6 +65,7 @@ class WorkerLoop:
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
         idle_block_ms: int = IDLE_BLOCK_MS,
         version: str = "",
+        hourly_price: str = "0",
     ):
         self.engine = engine
         self.bus = bus
@@ -86,6 +90,11 @@ class WorkerLoop:
         self._step_failures = 0
         self._bus_down_logged = False
         self._extra = {"pid": os.getpid(), "host": socket.gethostname()}
+        # GPU accounting (billing.services.gpu): cumulative seconds since
+        # this process started; boot_id tells a restart from a counter reset.
+        self._extra.update(hourly_price=str(hourly_price), boot_id=uuid.uuid4().hex)
+        self.busy_seconds = 0.0
+        self.idle_seconds = 0.0
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -144,8 +153,10 @@ class WorkerLoop:
 
     def run_once(self) -> None:
         """Poll, admit, abort, step, publish: one engine iteration."""
+        started = time.monotonic()
         busy = self.engine.has_unfinished_requests()
         requests, aborts = self._poll(BUSY_BLOCK_MS if busy else self.idle_block_ms, busy)
+        polled = time.monotonic()
         for request in requests:
             self._admit(request)
         if requests:
@@ -154,9 +165,15 @@ class WorkerLoop:
         for response_id in aborts:
             if response_id in self.tracker.active:
                 self.engine.abort(response_id)
-        if self.engine.has_unfinished_requests():
+        stepped = self.engine.has_unfinished_requests()
+        if stepped:
             self._step()
         self._flush()
+        # Waiting for work is idle time; polling between steps and the step
+        # itself are busy time.
+        poll_s, rest_s = polled - started, time.monotonic() - polled
+        self.busy_seconds += (poll_s if busy else 0.0) + (rest_s if stepped else 0.0)
+        self.idle_seconds += (0.0 if busy else poll_s) + (0.0 if stepped else rest_s)
         self._refresh_stats()
 
     def _poll(self, block_ms: int, busy: bool) -> tuple[list[GenerationRequest], list[str]]:
@@ -268,6 +285,16 @@ class WorkerLoop:
         span = now - samples[0][0]
         rate = (generated - samples[0][1]) / span if span > 0 else 0.0
         stats["tokens_per_second"] = round(max(rate, 0.0), 2)
+        # The autoscaling signal's queue age (fleet.autoscale): the oldest
+        # request still waiting for its first token.
+        waiting_since = [
+            r.request.created_at for r in self.tracker.active.values() if r.first_token_at is None
+        ]
+        stats["queue_age_seconds"] = (
+            round(max(time.time() - min(waiting_since), 0.0), 3) if waiting_since else 0.0
+        )
+        stats["busy_seconds"] = round(self.busy_seconds, 3)
+        stats["idle_seconds"] = round(self.idle_seconds, 3)
         # One reference swap: the heartbeat thread never sees a half-built dict.
         self._stats = stats
         self._stats_at = now

@@ -87,7 +87,12 @@ async def retrieve_model(request: HttpRequest, model_id: str):
 )
 async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRequest):
     """Create a chat completion; ``stream: true`` answers Server-Sent Events."""
-    tap = await services.chat_completion_start(api_key=request.auth, request=payload)
+    # X-Conversation-Id: the routing key's conversation (fleet.routing).
+    tap = await services.chat_completion_start(
+        api_key=request.auth,
+        request=payload,
+        conversation_id=request.headers.get("X-Conversation-Id"),
+    )
     if payload.stream:
         return await relay.stream_response(tap)
     return await relay.completion_response(tap)

@@ -22,11 +22,16 @@ from typing import Any
 import jinja2
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.cache import cache
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from redis.exceptions import RedisError
 
-from billing.services import usage_record_create
+from billing.models import UsageRecord
+from billing.services import budget_admit, usage_record_create
+from fleet.fallback import db_mark_down, db_marked_down, usage_outbox_push
+from fleet.routing import conversation_routing_key
+from fleet.selectors import catalog_model_get
 from gpuworkers.engine.sampling_params import InvalidSamplingParams, SamplingParams
 from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
 from inference.bus import get_bus
@@ -44,9 +49,15 @@ from inference.errors import (
 from inference.models import ServedModel
 from inference.relay import ResponseRoute, ResponseTap, UsageSummary, route_cache_key
 from inference.schemas import ChatCompletionRequest
-from inference.selectors import response_route_get, served_model_dir, served_model_get
-from tenants.models import ApiKey, Tier
-from tenants.ratelimit import Ticket, limits_for, rate_limit_admit, rate_limit_settle
+from inference.selectors import response_route_get, served_model_dir
+from tenants.models import ApiKey, Tenant, Tier
+from tenants.ratelimit import (
+    Ticket,
+    limits_for,
+    limits_for_tenant,
+    rate_limit_admit,
+    rate_limit_settle,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -87,13 +98,18 @@ def new_response_id() -> str:
 
 
 def chat_prompt_prepare(
-    *, request: ChatCompletionRequest, model: ServedModel, tier: Tier
+    *,
+    request: ChatCompletionRequest,
+    model: ServedModel,
+    tier: Tier,
+    default_max_tokens: int | None = None,
 ) -> PreparedPrompt:
     """Render and tokenize the prompt and bound the completion, before any GPU work.
 
     The context cap is the smaller of the tier's and the model's; a prompt
     plus max_tokens over it is a 400 ``context_length_exceeded``. Without a
-    max_tokens the completion may use the tier's output cap or whatever
+    max_tokens the completion may use the tier's output cap (or the caller's
+    ``default_max_tokens``, when smaller) or whatever
     context remains, whichever is smaller.
     """
     tokenizer = load_tokenizer(str(served_model_dir(model=model)))
@@ -118,7 +134,8 @@ def chat_prompt_prepare(
             code="integer_above_max_value",
         )
     prompt_tokens = len(prompt_ids)
-    max_tokens = requested or min(tier.max_output_tokens, limit - prompt_tokens)
+    output_cap = min(tier.max_output_tokens, default_max_tokens or tier.max_output_tokens)
+    max_tokens = requested or min(output_cap, limit - prompt_tokens)
     if prompt_tokens + max(max_tokens, 1) > limit:
         raise ContextLengthExceeded(
             f"This model's maximum context length is {limit} tokens. However, you "
@@ -152,40 +169,95 @@ def _sampling(request: ChatCompletionRequest, max_tokens: int) -> dict[str, Any]
     return dataclasses.asdict(params)
 
 
-async def chat_completion_start(*, api_key: ApiKey, request: ChatCompletionRequest) -> ResponseTap:
-    """Admit one chat completion and hand it to a worker.
+async def chat_completion_start(
+    *, api_key: ApiKey, request: ChatCompletionRequest, conversation_id: str | None = None
+) -> ResponseTap:
+    """The API's chat completion: ``completion_start`` on behalf of a key."""
+    return await completion_start(
+        tenant=api_key.tenant, request=request, api_key=api_key, conversation_id=conversation_id
+    )
 
-    Raises ModelNotFound, InvalidRequest (and ContextLengthExceeded),
-    RateLimited / InsufficientQuota (with the x-ratelimit-* headers) and
-    ServiceUnavailable (no ready worker, bus down). The returned tap is
-    already reading the response's events and carries the rate-limit headers.
+
+@dataclass(slots=True, frozen=True)
+class Attribution:
+    """Who a response's usage record names besides its tenant."""
+
+    api_key_id: int | None
+    user_id: int | None
+    source: str
+    regenerated: bool
+
+
+async def completion_start(
+    *,
+    tenant: Tenant,
+    request: ChatCompletionRequest,
+    api_key: ApiKey | None = None,
+    user: AbstractBaseUser | None = None,
+    source: str = UsageRecord.Source.API,
+    regenerated: bool = False,
+    conversation_id: str | None = None,
+    default_max_tokens: int | None = None,
+) -> ResponseTap:
+    """Admit one chat completion for ``tenant`` and hand it to a worker.
+
+    ``default_max_tokens`` bounds a completion whose request sets no
+    max_tokens below the tier's output cap (the console's replies).
+
+    ``conversation_id`` keeps a conversation's turns on the replica that
+    holds its KV cache (``fleet.routing``).
+
+    The API calls it with the request's key; the console with the signed-in
+    user and no key, so only the tier's tenant-wide limits apply. ``tenant``
+    must have its tier loaded. Raises ModelNotFound, InvalidRequest (and
+    ContextLengthExceeded), RateLimited / InsufficientQuota (with the
+    x-ratelimit-* headers) and ServiceUnavailable (no ready worker, bus
+    down). The returned tap is already reading the response's events and
+    carries the rate-limit headers.
     """
-    tenant = api_key.tenant
     tier = tenant.tier
-    model = await sync_to_async(served_model_get)(name=request.model, tier=tier)
+    # The control snapshot's catalog: no query on the request path.
+    model = await sync_to_async(catalog_model_get)(name=request.model, tier=tier)
     if model is None:
         raise ModelNotFound(request.model)
     # Tokenizing is CPU work and needs no database: any pool thread will do.
     prepared = await sync_to_async(chat_prompt_prepare, thread_sensitive=False)(
-        request=request, model=model, tier=tier
+        request=request, model=model, tier=tier, default_max_tokens=default_max_tokens
     )
+    # The monthly budget's hard stop (issue 6): 429 insufficient_quota.
+    if not db_marked_down():
+        try:
+            await budget_admit(tenant_id=tenant.pk)
+        except DatabaseError:
+            # PostgreSQL is down: serve from the snapshot (fleet.fallback);
+            # the budget applies again once the database is back.
+            db_mark_down()
     # Rate limits and quotas (issue 5): one atomic check before any GPU work.
+    api_key_id = api_key.pk if api_key is not None else None
     ticket = Ticket.for_response(
-        response_id=new_response_id(), api_key_id=api_key.pk, tenant_id=tenant.pk
+        response_id=new_response_id(), api_key_id=api_key_id, tenant_id=tenant.pk
     )
     sampling = prepared.sampling
     reserved = len(prepared.prompt_token_ids) + sampling["n"] * sampling["max_tokens"]
+    limits = limits_for(api_key) if api_key is not None else limits_for_tenant(tenant)
     try:
-        decision = await rate_limit_admit(
-            ticket=ticket, limits=limits_for(api_key), tokens=reserved
-        )
+        decision = await rate_limit_admit(ticket=ticket, limits=limits, tokens=reserved)
     except RedisError as exc:
         # The bus lives in the same Redis: nothing could be served anyway.
         raise ServiceUnavailable(code="bus_unavailable") from exc
     if not decision.admitted:
         raise rate_limit_error(decision, tokens=reserved)
     try:
-        tap = await _dispatch(api_key, request, model, tier, prepared, ticket)
+        attribution = Attribution(
+            api_key_id=api_key_id,
+            user_id=user.pk if user is not None else None,
+            source=source,
+            regenerated=regenerated,
+        )
+        routing_key = conversation_routing_key(
+            messages=request.messages, conversation_id=conversation_id, user=request.user
+        )
+        tap = await _dispatch(tenant, attribution, request, model, prepared, ticket, routing_key)
     except BaseException as exc:
         # Never reached a worker: free the slot and refund the reservation.
         try:
@@ -200,14 +272,15 @@ async def chat_completion_start(*, api_key: ApiKey, request: ChatCompletionReque
 
 
 async def _dispatch(
-    api_key: ApiKey,
+    tenant: Tenant,
+    attribution: Attribution,
     request: ChatCompletionRequest,
     model: ServedModel,
-    tier: Tier,
     prepared: PreparedPrompt,
     ticket: Ticket,
+    routing_key: str,
 ) -> ResponseTap:
-    tenant = api_key.tenant
+    tier = tenant.tier
     generation = GenerationRequest(
         response_id=ticket.response_id,
         model=model.name,
@@ -219,7 +292,7 @@ async def _dispatch(
         cache_salt=tenant.cache_salt,
     )
     try:
-        worker = await dispatch_request(generation)
+        worker = await dispatch_request(generation, routing_key=routing_key)
     except NoWorkerAvailable as exc:
         raise ServiceUnavailable(str(exc), code="no_worker_available") from exc
     except BusUnavailable as exc:
@@ -227,7 +300,7 @@ async def _dispatch(
     route = ResponseRoute(
         response_id=generation.response_id,
         tenant_id=tenant.pk,
-        api_key_id=api_key.pk,
+        api_key_id=attribution.api_key_id,
         model=model.name,
         worker_id=worker.worker_id,
         n=prepared.sampling["n"],
@@ -238,7 +311,8 @@ async def _dispatch(
         model_version=worker.version,
     )
     await response_route_save(route=route)
-    return ResponseTap.start(route, on_terminal=functools.partial(usage_and_limits_settle, ticket))
+    settle = functools.partial(usage_and_limits_settle, ticket, attribution=attribution)
+    return ResponseTap.start(route, on_terminal=settle)
 
 
 async def chat_completion_resume(*, api_key: ApiKey, response_id: str) -> ResponseTap:
@@ -276,14 +350,25 @@ async def response_route_save(*, route: ResponseRoute) -> None:
         logger.warning("Could not save the route of %s", route.response_id, exc_info=True)
 
 
-async def usage_settle(route: ResponseRoute, usage: UsageSummary) -> None:
+async def usage_settle(
+    route: ResponseRoute, usage: UsageSummary, *, attribution: Attribution | None = None
+) -> None:
     """Write the response's one UsageRecord (idempotent on the response id)."""
-    await sync_to_async(usage_record_create)(
+    if attribution is None:
+        attribution = Attribution(
+            api_key_id=route.api_key_id,
+            user_id=None,
+            source=UsageRecord.Source.API,
+            regenerated=False,
+        )
+    fields = dict(
         response_id=route.response_id,
         tenant_id=route.tenant_id,
-        api_key_id=route.api_key_id,
+        api_key_id=attribution.api_key_id,
+        user_id=attribution.user_id,
         model=route.model,
-        source="api",
+        source=attribution.source,
+        regenerated=attribution.regenerated,
         status=usage.status,
         finish_reason=usage.finish_reason,
         prompt_tokens=usage.prompt_tokens,
@@ -295,10 +380,23 @@ async def usage_settle(route: ResponseRoute, usage: UsageSummary) -> None:
         worker_id=route.worker_id,
         model_version=route.model_version,
     )
+    try:
+        if db_marked_down():
+            raise DatabaseError("database marked down")
+        await sync_to_async(usage_record_create)(**fields)
+    except DatabaseError:
+        # PostgreSQL is down: the record waits in the Redis outbox, which
+        # fleet.tasks.usage_outbox_drain writes once the database is back.
+        db_mark_down()
+        await sync_to_async(usage_outbox_push)(fields=fields)
 
 
 async def usage_and_limits_settle(
-    ticket: Ticket, route: ResponseRoute, usage: UsageSummary
+    ticket: Ticket,
+    route: ResponseRoute,
+    usage: UsageSummary,
+    *,
+    attribution: Attribution | None = None,
 ) -> None:
     """The tap's terminal hook: the usage record, then the rate-limit settlement.
 
@@ -310,6 +408,6 @@ async def usage_and_limits_settle(
     billed = usage.prompt_tokens + usage.completion_tokens
     refund = usage.status != "completed" and usage.completion_tokens == 0
     try:
-        await usage_settle(route, usage)
+        await usage_settle(route, usage, attribution=attribution)
     finally:
         await rate_limit_settle(ticket=ticket, tokens=0 if refund else billed, quota_tokens=billed)

@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 import uuid
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from django.conf import settings
@@ -37,6 +38,22 @@ class Command(BaseCommand):
         parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         parser.add_argument("--device", default="cpu", help="cpu or cuda")
         parser.add_argument(
+            "--model-version",
+            default="",
+            help="model version reported to the router (rollouts); --version is Django's",
+        )
+        parser.add_argument(
+            "--deployment",
+            default=None,
+            help="MODEL@VERSION of a fleet Deployment: its version and weights path",
+        )
+        parser.add_argument(
+            "--hourly-price",
+            default=None,
+            help="this deployment's GPU price per hour, for cost reports "
+            "(default: settings.WORKER_HOURLY_PRICE, env WORKER_HOURLY_PRICE)",
+        )
+        parser.add_argument(
             "--scheduling-policy",
             default=None,
             choices=["fair", "priority", "fcfs"],
@@ -46,6 +63,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options) -> None:
         if not settings.REDIS_URL:
             raise CommandError("gpuworker serves from Redis: set REDIS_URL")
+        hourly_price = self._hourly_price(options)  # before minutes of loading
         name = options["model"]
         worker_id = options["worker_id"] or (
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -55,9 +73,12 @@ class Command(BaseCommand):
             import torch
 
             torch.set_num_threads(threads)
-        model_dir = self._model_dir(name)
+        version, weights = self._deployment(name, options)
+        model_dir = weights or self._model_dir(name)
         engine = self._load(name, model_dir, options)
-        loop = WorkerLoop(engine, get_worker_bus(), worker_id, name)
+        loop = WorkerLoop(
+            engine, get_worker_bus(), worker_id, name, hourly_price=hourly_price, version=version
+        )
         self._install_signals(loop)
         self._say(f"worker {worker_id}: warming up")
         started = time.monotonic()
@@ -73,6 +94,34 @@ class Command(BaseCommand):
         except BusUnavailable as exc:
             raise CommandError(f"worker {worker_id}: {exc}") from exc
         self._say(f"worker {worker_id}: stopped")
+
+    def _deployment(self, name: str, options) -> tuple[str, Path | None]:
+        """(version, weights directory or None) from --deployment or --version."""
+        if not options["deployment"]:
+            return options["model_version"], None
+        model, _, version = options["deployment"].partition("@")
+        if model != name or not version:
+            raise CommandError(f"--deployment must be {name}@VERSION")
+        # Start-up only: the serving path never reads the database.
+        from fleet.models import Deployment
+
+        row = Deployment.objects.filter(model_name=model, version=version).first()
+        if row is None:
+            raise CommandError(f"no deployment {model}@{version}: run manage.py fleet deploy")
+        weights = Path(row.weights_path) if row.weights_path else None
+        if weights is not None and not weights.is_dir():
+            raise CommandError(f"deployment {model}@{version}: {weights} is not a directory")
+        return version, weights
+
+    def _hourly_price(self, options) -> str:
+        raw = options["hourly_price"] or settings.WORKER_HOURLY_PRICE or "0"
+        try:
+            price = Decimal(raw)
+        except InvalidOperation:
+            price = Decimal(-1)
+        if not price.is_finite() or price < 0:
+            raise CommandError(f"--hourly-price must be a non-negative number, not {raw!r}")
+        return str(price)
 
     def _model_dir(self, name: str) -> Path:
         if name == settings.DEMO_MODEL_NAME:
