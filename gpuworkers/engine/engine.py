@@ -84,7 +84,9 @@ class LLMEngine:
             config.num_host_blocks = config.kv_blocks_for(per_token, config.swap_space_bytes)
         if config.num_kv_blocks < 2:
             raise ValueError("kv_cache_bytes is too small for two KV blocks")
-        model, model_cfg = load_model(path, dtype, config.device, config.max_model_len)
+        model, model_cfg = load_model(
+            path, dtype, config.device, config.max_model_len, config.cpu_fast_paths
+        )
         return cls(config, model, model_cfg, load_tokenizer(str(path)))
 
     # Requests -------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from gpuworkers.engine.attention import AttentionMetadata, PrefillSpan, select_backend
-from gpuworkers.engine.attention.metadata import DecodeGroup
+from gpuworkers.engine.attention.metadata import additive_mask
 from gpuworkers.engine.config import EngineConfig
 from gpuworkers.engine.models.config import ModelConfig
 from gpuworkers.engine.models.loader import TORCH_DTYPES
@@ -25,17 +25,23 @@ class ModelRunner:
         self.device = torch.device(config.device)
         self.dtype = TORCH_DTYPES[config.dtype]
         self.block_size = config.block_size
-        shape = (model_cfg.num_layers, 2, config.num_kv_blocks, config.block_size,
-                 model_cfg.num_kv_heads, model_cfg.head_dim)  # fmt: skip
-        # One preallocated pool; zeros so padded gathers never read NaNs.
+        backend_cls = select_backend(config.attention_backend, config.device)
+        options = {"use_kernel": config.cpu_fast_paths} if backend_cls.name == "torch" else {}
+        self.backend = backend_cls(
+            model_cfg.num_heads,
+            model_cfg.num_kv_heads,
+            model_cfg.head_dim,
+            config.block_size,
+            **options,
+        )
+        # One preallocated pool, [layers, K/V, blocks, *block layout]; the
+        # block layout is the backend's. Zeros so padded gathers never read NaNs.
+        block = self.backend.cache_block_shape()
+        shape = (model_cfg.num_layers, 2, config.num_kv_blocks, *block)
         self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
-        host_shape = (*shape[:2], config.num_host_blocks, *shape[3:])
+        host_shape = (model_cfg.num_layers, 2, config.num_host_blocks, *block)
         self.host_cache = torch.zeros(
             host_shape, dtype=self.dtype, pin_memory=self.device.type == "cuda"
-        )
-        backend_cls = select_backend(config.attention_backend, config.device)
-        self.backend = backend_cls(
-            model_cfg.num_heads, model_cfg.num_kv_heads, model_cfg.head_dim, config.block_size
         )
 
     # Cache operations -----------------------------------------------------
@@ -97,14 +103,6 @@ class ModelRunner:
         if decode_tables:
             meta.decode_block_tables = self._tensor(_pad(decode_tables))
             meta.decode_kv_lens = self._tensor(decode_lens)
-            for start, end in split_decode_groups(decode_lens):
-                tables = _pad(decode_tables[start:end])
-                lens = meta.decode_kv_lens[start:end]
-                key_pos = torch.arange(len(tables[0]) * bs, device=self.device)
-                valid = (key_pos[None, :] < lens[:, None])[:, None, None, :]
-                meta.decode_groups.append(
-                    DecodeGroup(start, end, self._tensor(tables), _additive(valid))
-                )
         return (
             self._tensor(ids),
             self._tensor(pos),
@@ -123,37 +121,16 @@ class ModelRunner:
         if start:
             key_pos = torch.arange(kv_len, device=self.device)
             query_pos = torch.arange(start, kv_len, device=self.device)
-            span.bias = _additive(key_pos[None, :] <= query_pos[:, None])
+            span.bias = additive_mask(key_pos[None, :] <= query_pos[:, None])
         return span
 
     def _tensor(self, values) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
 
 
-def split_decode_groups(lens: list[int], ratio: float = 2.0, min_rows: int = 8):
-    """Cut decode rows (sorted by length) into runs padded separately.
-
-    A new run starts once a row is ``ratio`` times longer than the run's
-    first and the run has ``min_rows`` rows: less padding, few extra calls.
-    """
-    groups, start = [], 0
-    for i in range(1, len(lens)):
-        if i - start >= min_rows and lens[i] > ratio * lens[start]:
-            groups.append((start, i))
-            start = i
-    groups.append((start, len(lens)))
-    return groups
-
-
 def _pad(tables: list[list[int]]) -> list[list[int]]:
     width = max(len(t) for t in tables)
     return [t + [0] * (width - len(t)) for t in tables]
-
-
-def _additive(valid: torch.Tensor) -> torch.Tensor:
-    """A boolean keep-mask as a float32 bias: 0 where kept, -inf elsewhere."""
-    bias = torch.zeros(valid.shape, dtype=torch.float32, device=valid.device)
-    return bias.masked_fill_(~valid, float("-inf"))
 
 
 def _pairs(pairs: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,8 +3,8 @@
 Written against FlashInfer 0.2's wrappers: one BatchDecodeWithPagedKVCache
 wrapper for the decode rows and one BatchPrefillWithPagedKVCache wrapper
 (causal=True) for the prefill chunks. Both are planned once per step and
-run once per layer. The cache layout is NHD, the same as the torch
-backend's: [num_blocks, block_size, kv_heads, head_dim] per layer.
+run once per layer. The cache layout is FlashInfer's NHD:
+[num_blocks, block_size, kv_heads, head_dim] per layer, for K and for V.
 """
 
 from __future__ import annotations
@@ -30,6 +30,10 @@ class FlashInferAttentionBackend:
         self._decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(self._workspace, "NHD")
         self._prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self._workspace, "NHD")
         self._dtype = None
+
+    def cache_block_shape(self) -> tuple[int, ...]:
+        """One block of K (or V) in the pool, NHD: [block_size, kv_heads, head_dim]."""
+        return (self.block_size, self.num_kv_heads, self.head_dim)
 
     def plan(self, meta: AttentionMetadata, dtype: torch.dtype | None = None) -> None:
         """Build both wrappers' plans for this step's batch layout."""

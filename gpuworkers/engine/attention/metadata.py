@@ -52,3 +52,9 @@ class AttentionMetadata:
     prefills: list[PrefillSpan] = field(default_factory=list)
     # Backend-specific state (FlashInfer plans), set by backend.plan().
     backend_state: object | None = None
+
+
+def additive_mask(valid: torch.Tensor) -> torch.Tensor:
+    """A boolean keep-mask as a float32 bias: 0 where kept, -inf elsewhere."""
+    bias = torch.zeros(valid.shape, dtype=torch.float32, device=valid.device)
+    return bias.masked_fill_(~valid, float("-inf"))

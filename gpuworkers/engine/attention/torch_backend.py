@@ -1,8 +1,11 @@
-"""Paged attention in plain torch: gather blocks, then one SDPA call.
+"""Paged attention for CPU (and CUDA without FlashInfer).
 
-Decodes of the whole batch share one gather and one masked attention call
-per layer; each prefill chunk gets one causal call. The cache layout is
-[num_blocks, block_size, kv_heads, head_dim] per layer for K and for V.
+Decode rows: on CPU, one call of the compiled paged-decode kernel
+(engine/cpu/paged_decode.cpp) reads K/V in place from the pool; where it is not
+available (no compiler, float16, CUDA) the rows are gathered into dense
+copies, in groups of similar length, for two matmuls. Prefill chunks: one
+scaled_dot_product_attention call each (flash attention on CPU). The cache
+layout is [num_blocks, block_size, kv_heads, head_dim] per layer for K and V.
 """
 
 from __future__ import annotations
@@ -10,90 +13,173 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gpuworkers.engine.attention.metadata import AttentionMetadata, DecodeGroup
+from gpuworkers.engine.attention.metadata import AttentionMetadata, DecodeGroup, additive_mask
+from gpuworkers.engine.cpu.build import cpu_library
+from gpuworkers.engine.cpu.paged_decode import PagedDecodeKernel
 
 
 class TorchAttentionBackend:
     name = "torch"
 
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int):
+    def __init__(
+        self,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        block_size: int,
+        use_kernel: bool = True,
+    ):
         self.num_heads = num_heads
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.block_size = block_size
         self.scale = head_dim**-0.5
+        self.kernel: PagedDecodeKernel | None = None
+        if use_kernel and (lib := cpu_library()) is not None:
+            self.kernel = PagedDecodeKernel(lib, num_heads, num_kv_heads, head_dim, block_size)
 
     def plan(self, meta: AttentionMetadata, dtype: torch.dtype | None = None) -> None:
-        """Nothing to precompute beyond the metadata's index tensors."""
+        """Choose the decode path; the gather path needs its padded groups."""
+        meta.decode_groups = []
+        meta.backend_state = None
+        if not meta.num_decodes:
+            return
+        device = meta.decode_kv_lens.device
+        if self.kernel is not None and self.kernel.supports(dtype or torch.float32, device):
+            meta.backend_state = self.kernel
+            return
+        lens = meta.decode_kv_lens.tolist()
+        for start, end in split_decode_groups(lens):
+            width = -(-max(lens[start:end]) // self.block_size)
+            tables = meta.decode_block_tables[start:end, :width]
+            key_pos = torch.arange(width * self.block_size, device=device)
+            valid = key_pos[None, :] < meta.decode_kv_lens[start:end, None]
+            meta.decode_groups.append(
+                DecodeGroup(start, end, tables, additive_mask(valid[:, None, None, :]))
+            )
+
+    def cache_block_shape(self) -> tuple[int, ...]:
+        """One block of K (or V) in the pool: [kv_heads, head_dim * block_size].
+
+        Per kv head, keys are stored transposed ([head_dim, block_size]) and
+        values as rows ([block_size, head_dim]): the decode kernel then needs
+        no horizontal sums for q.k (see engine/cpu/paged_decode.cpp).
+        """
+        return (self.num_kv_heads, self.head_dim * self.block_size)
+
+    def _views(self, k_cache: torch.Tensor, v_cache: torch.Tensor):
+        blocks = k_cache.shape[0]
+        keys = k_cache.view(blocks, self.num_kv_heads, self.head_dim, self.block_size)
+        values = v_cache.view(blocks, self.num_kv_heads, self.block_size, self.head_dim)
+        return keys, values
 
     def forward(
         self,
         q: torch.Tensor,  # [tokens, heads, dim]
         k: torch.Tensor,  # [tokens, kv_heads, dim]
         v: torch.Tensor,
-        k_cache: torch.Tensor,  # [blocks, block_size, kv_heads, dim]
+        k_cache: torch.Tensor,  # [blocks, *cache_block_shape()]
         v_cache: torch.Tensor,
         meta: AttentionMetadata,
     ) -> torch.Tensor:
-        flat_k = k_cache.view(-1, self.num_kv_heads, self.head_dim)
-        flat_v = v_cache.view(-1, self.num_kv_heads, self.head_dim)
-        flat_k.index_copy_(0, meta.slot_mapping, k)
-        flat_v.index_copy_(0, meta.slot_mapping, v)
+        keys, values = self._views(k_cache, v_cache)
+        blocks = meta.slot_mapping // self.block_size
+        offsets = meta.slot_mapping % self.block_size
+        # Advanced indices around a slice put the token dimension first:
+        # both targets are [tokens, kv_heads, dim], like k and v.
+        keys[blocks, :, :, offsets] = k
+        values[blocks, :, offsets, :] = v
         out = torch.empty_like(q)
+        if meta.backend_state is not None:
+            d = meta.num_decodes
+            out[:d] = meta.backend_state(
+                q[:d], keys, values, meta.decode_block_tables, meta.decode_kv_lens
+            )
         for group in meta.decode_groups:
             rows = slice(group.start, group.end)
-            out[rows] = self._decode(q[rows], k_cache, v_cache, group)
+            out[rows] = self._decode(q[rows], keys, values, group)
         for span in meta.prefills:
             rows = slice(span.query_start, span.query_start + span.query_len)
             if span.context_len == 0:
                 # Nothing cached before this chunk: attend to the fresh K/V.
-                out[rows] = self._attend(q[rows], k[rows], v[rows], None, causal=True)
+                out[rows] = self._attend(
+                    q[rows], k[rows].transpose(0, 1), v[rows].transpose(0, 1), None, causal=True
+                )
             else:
-                keys = k_cache.index_select(0, span.block_table).flatten(0, 1)[: span.kv_len]
-                values = v_cache.index_select(0, span.block_table).flatten(0, 1)[: span.kv_len]
+                span_keys, span_values = self._gather(keys, values, span.block_table)
                 bias = span.bias.to(q.dtype)
-                out[rows] = self._attend(q[rows], keys, values, bias, causal=False)
+                out[rows] = self._attend(
+                    q[rows],
+                    span_keys[:, : span.kv_len],
+                    span_values[:, : span.kv_len],
+                    bias,
+                    causal=False,
+                )
         return out
 
-    def _decode(self, q, k_cache, v_cache, group: DecodeGroup) -> torch.Tensor:
-        """Gather into a dense [batch, kv_heads, len, dim] copy, then two matmuls.
+    def _gather(self, keys, values, table: torch.Tensor):
+        """One sequence's blocks as dense [kv_heads, len, dim] keys and values."""
+        heads, dim = self.num_kv_heads, self.head_dim
+        span_keys = keys.index_select(0, table).permute(1, 0, 3, 2).reshape(heads, -1, dim)
+        span_values = values.index_select(0, table).transpose(0, 1).reshape(heads, -1, dim)
+        return span_keys, span_values
 
-        On CPU this beat, for a 64-sequence decode step (bench/decode_step.py):
-        SDPA with a one-row query (its boolean-mask path was ~8x slower),
-        float32 matmuls (0.31 s vs 0.23 s), an inductor-compiled fused
-        gather + softmax (0.26 s) and a hand-written C++ paged kernel (0.52 s).
+    def _decode(self, q, keys, values, group: DecodeGroup) -> torch.Tensor:
+        """The gather path: dense copies of the group's K/V, then two matmuls.
+
+        Used where the compiled kernel is not (no compiler, float16, CUDA
+        without FlashInfer). Keys come out as [batch, kv_heads, dim, len],
+        ready for q @ K^T.
         """
         tables = group.block_tables
-        batch = tables.shape[0]
-        flat_tables = tables.flatten()
-        shape = (batch, -1, self.num_kv_heads, self.head_dim)
-        length = tables.shape[1] * self.block_size
-        dense = (batch, self.num_kv_heads, length, self.head_dim)
-        keys = torch.empty(dense, dtype=q.dtype, device=q.device)
-        values = torch.empty(dense, dtype=q.dtype, device=q.device)
-        keys.copy_(k_cache.index_select(0, flat_tables).view(shape).transpose(1, 2))
-        values.copy_(v_cache.index_select(0, flat_tables).view(shape).transpose(1, 2))
+        batch, width = tables.shape
+        flat = tables.flatten()
+        heads, dim, bs = self.num_kv_heads, self.head_dim, self.block_size
+        keys_t = (
+            keys.index_select(0, flat)
+            .view(batch, width, heads, dim, bs)
+            .permute(0, 2, 3, 1, 4)
+            .reshape(batch, heads, dim, width * bs)
+        )
+        dense_values = (
+            values.index_select(0, flat)
+            .view(batch, width, heads, bs, dim)
+            .transpose(1, 2)
+            .reshape(batch, heads, width * bs, dim)
+        )
         per_kv_head = self.num_heads // self.num_kv_heads
-        query = q.view(batch, self.num_kv_heads, per_kv_head, self.head_dim) * self.scale
+        query = q.view(batch, heads, per_kv_head, dim) * self.scale
         # Scores in the model's dtype (float32 accumulation inside the
         # matmul), softmax in float32.
-        scores = torch.matmul(query, keys.transpose(-1, -2)).float() + group.bias
+        scores = torch.matmul(query, keys_t).float() + group.bias
         probs = torch.softmax(scores, dim=-1).to(q.dtype)
-        out = torch.matmul(probs, values)
+        out = torch.matmul(probs, dense_values)
         return out.view(batch, self.num_heads, self.head_dim)
 
     def _attend(self, q, k, v, mask, causal: bool) -> torch.Tensor:
-        # [len, heads, dim] -> [1, heads, len, dim]
-        query = q.transpose(0, 1).unsqueeze(0)
-        keys = k.transpose(0, 1).unsqueeze(0)
-        values = v.transpose(0, 1).unsqueeze(0)
+        # q: [len, heads, dim] -> [1, heads, len, dim]; k, v: [kv_heads, len, dim]
         out = F.scaled_dot_product_attention(
-            query,
-            keys,
-            values,
+            q.transpose(0, 1).unsqueeze(0),
+            k.unsqueeze(0),
+            v.unsqueeze(0),
             attn_mask=mask,
             is_causal=causal,
             scale=self.scale,
             enable_gqa=self.num_heads != self.num_kv_heads,
         )
         return out.squeeze(0).transpose(0, 1)
+
+
+def split_decode_groups(lens: list[int], ratio: float = 2.0, min_rows: int = 8):
+    """Cut decode rows into runs padded separately (gather path only).
+
+    A new run starts once a row is ``ratio`` times longer than the run's
+    first and the run has ``min_rows`` rows: less padding, few extra calls.
+    """
+    groups, start = [], 0
+    for i in range(1, len(lens)):
+        if i - start >= min_rows and lens[i] > ratio * lens[start]:
+            groups.append((start, i))
+            start = i
+    groups.append((start, len(lens)))
+    return groups

@@ -10,18 +10,31 @@ from torch import nn
 
 
 class RMSNorm(nn.Module):
+    # engine.cpu.FusedOps when enabled (bfloat16 on CPU): one pass instead of six.
+    fused = None
+
     def __init__(self, size: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused is not None and self.fused.applies(x):
+            return self.fused.rms_norm(x, self.weight, self.eps)
         # Same order of operations as transformers' LlamaRMSNorm: normalise in
         # float32, cast back, then scale.
         dtype = x.dtype
         h = x.to(torch.float32)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * h.to(dtype)
+
+    def add_and_norm(self, residual: torch.Tensor, x: torch.Tensor):
+        """``residual + x`` and its norm: (new residual, normalised)."""
+        if self.fused is not None and self.fused.applies(x) and residual.is_contiguous():
+            # In place: the residual stream is this layer's own tensor.
+            return residual, self.fused.rms_norm(x, self.weight, self.eps, residual=residual)
+        residual = residual + x
+        return residual, self.forward(residual)
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict) -> torch.Tensor:
@@ -51,6 +64,8 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict) -> torch.Tensor:
 class RotaryEmbedding(nn.Module):
     """cos/sin tables for every position, computed once in float32."""
 
+    fused = None  # engine.cpu.FusedOps when enabled: rotates q and k in place
+
     def __init__(self, head_dim: int, max_positions: int, theta: float, scaling: dict, dtype):
         super().__init__()
         inv_freq = rope_inv_freq(head_dim, theta, scaling)
@@ -61,6 +76,10 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("sin", emb.sin().to(dtype), persistent=False)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        if self.fused is not None and self.fused.applies(q) and self.cos.dtype == q.dtype:
+            self.fused.rotary_(q, positions, self.cos, self.sin)
+            self.fused.rotary_(k, positions, self.cos, self.sin)
+            return q, k
         cos = self.cos[positions].unsqueeze(1)  # [tokens, 1, dim]
         sin = self.sin[positions].unsqueeze(1)
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
@@ -74,6 +93,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 class MLP(nn.Module):
     """SwiGLU with gate and up fused into one matmul."""
 
+    fused = None  # engine.cpu.FusedOps when enabled: silu(gate) * up in one pass
+
     def __init__(self, hidden: int, intermediate: int):
         super().__init__()
         self.gate_up = nn.Linear(hidden, 2 * intermediate, bias=False)
@@ -81,5 +102,8 @@ class MLP(nn.Module):
         self.intermediate = intermediate
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up(x).split(self.intermediate, dim=-1)
+        gate_up = self.gate_up(x)
+        if self.fused is not None and self.fused.applies(gate_up):
+            return self.down(self.fused.silu_and_mul(gate_up))
+        gate, up = gate_up.split(self.intermediate, dim=-1)
         return self.down(F.silu(gate) * up)

@@ -46,9 +46,19 @@ class DecoderLayer(nn.Module):
         self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, x, positions, rotary, k_cache, v_cache, meta, backend):
-        x = x + self.attn(self.input_norm(x), positions, rotary, k_cache, v_cache, meta, backend)
-        return x + self.mlp(self.post_attn_norm(x))
+    def forward(self, x, residual, positions, rotary, k_cache, v_cache, meta, backend):
+        """(this layer's output delta, the residual stream before it).
+
+        The residual add is deferred into the next norm (``add_and_norm``),
+        so that on CPU it fuses with it; the arithmetic is the same.
+        """
+        if residual is None:
+            residual, normed = x, self.input_norm(x)
+        else:
+            residual, normed = self.input_norm.add_and_norm(residual, x)
+        x = self.attn(normed, positions, rotary, k_cache, v_cache, meta, backend)
+        residual, normed = self.post_attn_norm.add_and_norm(residual, x)
+        return self.mlp(normed), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -68,17 +78,20 @@ class LlamaForCausalLM(nn.Module):
         self,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
-        kv_cache: torch.Tensor,  # [layers, 2, blocks, block_size, kv_heads, dim]
+        kv_cache: torch.Tensor,  # [layers, 2, blocks, *backend.cache_block_shape()]
         meta: AttentionMetadata,
         backend,
         logits_indices: torch.Tensor,
     ) -> torch.Tensor:
         """float32 logits for the tokens at ``logits_indices``."""
-        x = self.embed(input_ids)
+        x, residual = self.embed(input_ids), None
         for i, layer in enumerate(self.layers):
-            x = layer(x, positions, self.rotary, kv_cache[i, 0], kv_cache[i, 1], meta, backend)
-        # Only sampled positions need the final norm and the LM head.
-        x = self.norm(x[logits_indices])
+            x, residual = layer(
+                x, residual, positions, self.rotary, kv_cache[i, 0], kv_cache[i, 1], meta, backend
+            )
+        # Only sampled positions need the last residual add, the final norm
+        # and the LM head.
+        x = self.norm(residual[logits_indices] + x[logits_indices])
         return self.lm_head(x).float()
 
     # Weights ----------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from gpuworkers.engine.cpu import enable_cpu_fast_paths
 from gpuworkers.engine.models import ARCHITECTURES
 from gpuworkers.engine.models.config import ModelConfig
 from gpuworkers.engine.models.layers import RotaryEmbedding
@@ -15,8 +16,18 @@ from gpuworkers.engine.models.layers import RotaryEmbedding
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def load_model(model_dir: str | Path, dtype: str, device: str, max_positions: int):
-    """Return (model, ModelConfig) with weights on ``device`` in ``dtype``."""
+def load_model(
+    model_dir: str | Path,
+    dtype: str,
+    device: str,
+    max_positions: int,
+    cpu_fast_paths: bool = True,
+):
+    """Return (model, ModelConfig) with weights on ``device`` in ``dtype``.
+
+    ``cpu_fast_paths``: on CPU in bfloat16, pre-pack the linear layers for
+    oneDNN and use the fused element-wise kernels (engine/cpu/).
+    """
     model_dir = Path(model_dir)
     cfg = ModelConfig.from_dir(model_dir)
     cls = ARCHITECTURES.get(cfg.architecture)
@@ -44,5 +55,8 @@ def load_model(model_dir: str | Path, dtype: str, device: str, max_positions: in
     model.load_hf_state_dict(tensors, assign=True)
     model.rotary.to(device)
     model.eval()
+    model.cpu_fast_paths = (
+        enable_cpu_fast_paths(model, torch_dtype, device) if cpu_fast_paths else []
+    )
     model.load_seconds = time.monotonic() - started
     return model, cfg

@@ -105,6 +105,15 @@ def test_matches_hf_with_chunked_prefill(make_engine, chat_prompts, hf_reference
     assert_pool_drained(engine)
 
 
+def test_matches_hf_on_the_plain_torch_path(make_engine, chat_prompts, hf_reference):
+    """CPU fast paths off: decode attention on the gather + matmul path."""
+    engine = make_engine(max_num_batched_tokens=32, cpu_fast_paths=False)
+    assert engine.runner.backend.kernel is None
+    outputs, _ = run_staggered(engine, chat_prompts, GREEDY)
+    assert_matches(outputs, hf_reference)
+    assert_pool_drained(engine)
+
+
 def test_matches_hf_when_swapped_out_and_back(make_engine, chat_prompts, hf_reference):
     """A pool too small for the batch swaps sequences to host memory and back."""
     engine = make_engine(

@@ -1,0 +1,35 @@
+"""The engine's CPU fast paths: compiled kernels (paged decode attention,
+fused element-wise ops) loaded with ctypes, and oneDNN-packed linears.
+
+``enable_cpu_fast_paths(model)`` switches a loaded bfloat16 CPU model onto
+them; the attention backend picks the decode kernel itself.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gpuworkers.engine.cpu.build import cpu_library
+from gpuworkers.engine.cpu.elementwise import FusedOps
+from gpuworkers.engine.cpu.packing import pack_linears, packing_available
+
+
+def enable_cpu_fast_paths(model: torch.nn.Module, dtype: torch.dtype, device: str) -> list[str]:
+    """Pack the linears and attach the fused ops where they apply; returns what was enabled."""
+    enabled = []
+    if torch.device(device).type != "cpu" or dtype != torch.bfloat16:
+        return enabled
+    if packing_available(dtype, device):
+        pack_linears(model)
+        enabled.append("packed-linears")
+    lib = cpu_library()
+    if lib is not None:
+        fused = FusedOps(lib)
+        for module in model.modules():
+            if hasattr(module, "fused"):
+                module.fused = fused
+        enabled.append("fused-elementwise")
+    return enabled
+
+
+__all__ = ["cpu_library", "enable_cpu_fast_paths"]

@@ -1,0 +1,120 @@
+"""Build, cache and load the engine's CPU kernels (the *.cpp files here).
+
+They are compiled on first use for this machine (``-march=native``: the
+fleet's CPUs differ, so the build is cached per CPU model and flags) into
+one shared library, loaded with ctypes. Without a C++ compiler, or if the
+build fails, callers get ``None`` and keep plain torch; the reason is logged
+once. Set GPUWORKERS_CPU_KERNELS=0 to use plain torch everywhere.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SOURCES = sorted(Path(__file__).parent.glob("*.cpp"))
+FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
+ENV_SWITCH = "GPUWORKERS_CPU_KERNELS"
+ENV_CACHE = "GPUWORKERS_KERNEL_CACHE"
+
+_lock = threading.Lock()
+_loaded: dict[str, object] = {}
+
+
+def cache_dir() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuworkers"
+    return Path(os.environ.get(ENV_CACHE) or default / "kernels")
+
+
+def _cpu_identity() -> str:
+    """Model name and feature flags: what -march=native compiles for."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    wanted = ("model name", "flags")
+    lines = [line for line in text.splitlines() if line.split(":")[0].strip() in wanted]
+    return "\n".join(sorted(set(lines)))
+
+
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+
+
+def _build(compiler: str) -> Path:
+    source = b"\0".join(path.read_bytes() for path in SOURCES)
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256(
+        b"\0".join([source, " ".join(FLAGS).encode(), version.encode(), _cpu_identity().encode()])
+    ).hexdigest()[:16]
+    target = cache_dir() / f"engine-cpu-{key}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Build beside the target, then rename: processes racing to build the
+    # same kernel each publish a complete file.
+    fd, partial = tempfile.mkstemp(dir=target.parent, suffix=".so.partial")
+    os.close(fd)
+    try:
+        subprocess.run(
+            [compiler, *FLAGS, *map(str, SOURCES), "-o", partial, "-lm"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return target
+
+
+def _load() -> object | None:
+    compiler = _compiler()
+    if compiler is None:
+        log.warning("no C++ compiler found: the engine's CPU kernels fall back to torch")
+        return None
+    try:
+        path = _build(compiler)
+    except (OSError, subprocess.SubprocessError) as exc:
+        detail = getattr(exc, "stderr", "") or exc
+        log.warning("CPU kernel build failed, falling back to torch: %s", detail)
+        return None
+    lib = ctypes.CDLL(str(path))
+    pointer, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+    signatures = {
+        "paged_decode_supported": ([i32] * 4, i32),
+        "paged_decode": (
+            [i32] + [pointer] * 4 + [i64, pointer, pointer] + [i32] * 5 + [i64, i64, f32],
+            i32,
+        ),  # fmt: skip
+        "rms_norm_bf16": ([pointer] * 4 + [i64] * 3 + [f32], None),
+        "rotary_bf16": ([pointer] + [i64] * 4 + [pointer] * 3, None),
+        "silu_and_mul_bf16": ([pointer, pointer, i64, i64], None),
+    }
+    for name, (argtypes, restype) in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes = argtypes
+        fn.restype = restype
+    return lib
+
+
+def cpu_library() -> object | None:
+    """The loaded kernel library, building it on first call; None if unavailable."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return None
+    with _lock:
+        if "lib" not in _loaded:
+            _loaded["lib"] = _load()
+        return _loaded["lib"]

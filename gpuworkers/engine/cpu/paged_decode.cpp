@@ -1,0 +1,221 @@
+// Paged decode attention for CPUs: one query token per sequence, keys and
+// values read in place from the block pool.
+//
+// Why hand-written: torch has no paged attention for CPU, and the gather +
+// matmul path copies every sequence's whole K/V twice per layer (index_select,
+// then a transposing copy) before reading it again. Decode attention is
+// memory-bound: this kernel reads each key and value once, in float32
+// registers, with no horizontal sums.
+//
+// Built by kernels.py with -O3 -march=native -ffast-math -fopenmp and loaded
+// with ctypes: no torch headers, so it compiles in seconds. OpenMP resolves
+// to the libgomp torch has already loaded (same soname): one thread pool.
+//
+// Layouts (the torch backend's pool; strides in elements):
+//   q, out       [num_seqs, num_heads, HEAD_DIM], contiguous
+//   k block      [num_kv_heads, HEAD_DIM, BLOCK]: keys transposed, so the
+//                scores of a block's BLOCK tokens are one vector per head
+//   v block      [num_kv_heads, BLOCK, HEAD_DIM]
+//   block b of the pool starts at b * block_stride; kv head h of a block at
+//   h * head_stride (both shared by K and V)
+//   block_tables [num_seqs, table_stride] int64, kv_lens [num_seqs] int64
+//
+// Query heads q*GROUP .. q*GROUP+GROUP-1 share kv head q (grouped-query
+// attention); GROUP, HEAD_DIM and BLOCK are template parameters so that the
+// accumulators stay in registers.
+
+#include <math.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+// bfloat16 is the top half of a float32.
+inline float load(const uint16_t *p) {
+  uint32_t bits = static_cast<uint32_t>(*p) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline float load(const float *p) { return *p; }
+
+// Round to nearest even, as torch's float -> bfloat16 cast does.
+inline void store(uint16_t *p, float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN stays NaN
+    *p = static_cast<uint16_t>((bits >> 16) | 0x40);
+    return;
+  }
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  *p = static_cast<uint16_t>(bits >> 16);
+}
+inline void store(float *p, float f) { *p = f; }
+
+struct Problem {
+  const void *q, *k, *v;
+  const int64_t *block_tables;
+  int64_t table_stride;
+  const int64_t *kv_lens;
+  void *out;
+  int num_seqs, num_heads, num_kv_heads;
+  int64_t block_stride, head_stride;
+  float scale;
+};
+
+// One (sequence, kv head): GROUP query heads against that head's keys.
+template <typename T, int GROUP, int HEAD_DIM, int BLOCK>
+void attend(const Problem &p, int seq, int kv_head, std::vector<float> &scores) {
+  const T *k = static_cast<const T *>(p.k);
+  const T *v = static_cast<const T *>(p.v);
+  const int64_t len = p.kv_lens[seq];
+  const int64_t *table = p.block_tables + seq * p.table_stride;
+  const int64_t num_blocks = (len + BLOCK - 1) / BLOCK;
+  const int64_t first_head = static_cast<int64_t>(seq) * p.num_heads + kv_head * GROUP;
+  const T *q = static_cast<const T *>(p.q) + first_head * HEAD_DIM;
+  const int64_t head_offset = kv_head * p.head_stride;
+
+  float query[GROUP][HEAD_DIM];
+  for (int g = 0; g < GROUP; ++g)
+    for (int d = 0; d < HEAD_DIM; ++d) query[g][d] = load(q + g * HEAD_DIM + d) * p.scale;
+
+  // Pass 1: scores, BLOCK tokens at a time; each key element is loaded once
+  // and feeds GROUP fused multiply-adds. Blocks sit anywhere in the pool,
+  // where the hardware prefetcher cannot follow: the next block is fetched
+  // by hand while this one is computed.
+  scores.resize(static_cast<size_t>(GROUP) * num_blocks * BLOCK);
+  float *score = scores.data();
+  const int64_t padded = num_blocks * BLOCK;
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const T *keys = k + table[b] * p.block_stride + head_offset;  // [HEAD_DIM][BLOCK]
+    const T *next = b + 1 < num_blocks ? k + table[b + 1] * p.block_stride + head_offset : keys;
+    float acc[GROUP][BLOCK] = {};
+    for (int d = 0; d < HEAD_DIM; ++d) {
+      // The next block, a line at a time, while this one is computed.
+      if (d * BLOCK * sizeof(T) % 64 == 0) __builtin_prefetch(next + d * BLOCK);
+      float key[BLOCK];
+      for (int j = 0; j < BLOCK; ++j) key[j] = load(keys + d * BLOCK + j);
+      for (int g = 0; g < GROUP; ++g)
+        for (int j = 0; j < BLOCK; ++j) acc[g][j] += query[g][d] * key[j];
+    }
+    for (int g = 0; g < GROUP; ++g)
+      for (int j = 0; j < BLOCK; ++j) score[g * padded + b * BLOCK + j] = acc[g][j];
+  }
+
+  // Softmax in float32 over the valid keys (the tail of the last block is
+  // padding and is never read).
+  for (int g = 0; g < GROUP; ++g) {
+    float *s = score + g * padded;
+    float peak = s[0];
+    for (int64_t t = 1; t < len; ++t) peak = s[t] > peak ? s[t] : peak;
+    float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t t = 0; t < len; ++t) {
+      s[t] = expf(s[t] - peak);
+      sum += s[t];
+    }
+    const float inv = 1.f / sum;
+    for (int64_t t = 0; t < len; ++t) s[t] *= inv;
+  }
+
+  // Pass 2: probability-weighted sum of the value rows, each read once.
+  float acc[GROUP][HEAD_DIM] = {};
+  for (int64_t b = 0, t = 0; b < num_blocks; ++b) {
+    const T *values = v + table[b] * p.block_stride + head_offset;  // [BLOCK][HEAD_DIM]
+    const T *next = b + 1 < num_blocks ? v + table[b + 1] * p.block_stride + head_offset : values;
+    const int64_t rows = len - t < BLOCK ? len - t : BLOCK;
+    for (int64_t o = 0; o < rows; ++o, ++t) {
+      for (int64_t line = 0; line < HEAD_DIM * sizeof(T); line += 64)
+        __builtin_prefetch(reinterpret_cast<const char *>(next + o * HEAD_DIM) + line);
+      float value[HEAD_DIM];
+      for (int d = 0; d < HEAD_DIM; ++d) value[d] = load(values + o * HEAD_DIM + d);
+      for (int g = 0; g < GROUP; ++g) {
+        const float w = score[g * padded + t];
+        for (int d = 0; d < HEAD_DIM; ++d) acc[g][d] += w * value[d];
+      }
+    }
+  }
+  T *out = static_cast<T *>(p.out) + first_head * HEAD_DIM;
+  for (int g = 0; g < GROUP; ++g)
+    for (int d = 0; d < HEAD_DIM; ++d) store(out + g * HEAD_DIM + d, acc[g][d]);
+}
+
+template <typename T, int GROUP, int HEAD_DIM, int BLOCK>
+void run(const Problem &p) {
+  const int items = p.num_seqs * p.num_kv_heads;
+#pragma omp parallel
+  {
+    std::vector<float> scores;  // per thread, reused across items
+#pragma omp for schedule(dynamic, 1)
+    for (int item = 0; item < items; ++item)
+      attend<T, GROUP, HEAD_DIM, BLOCK>(p, item / p.num_kv_heads, item % p.num_kv_heads, scores);
+  }
+}
+
+using Runner = void (*)(const Problem &);
+
+template <typename T, int HEAD_DIM, int BLOCK>
+Runner pick_group(int group) {
+  switch (group) {
+    case 1: return run<T, 1, HEAD_DIM, BLOCK>;
+    case 2: return run<T, 2, HEAD_DIM, BLOCK>;
+    case 3: return run<T, 3, HEAD_DIM, BLOCK>;
+    case 4: return run<T, 4, HEAD_DIM, BLOCK>;
+    case 5: return run<T, 5, HEAD_DIM, BLOCK>;
+    case 6: return run<T, 6, HEAD_DIM, BLOCK>;
+    case 7: return run<T, 7, HEAD_DIM, BLOCK>;
+    case 8: return run<T, 8, HEAD_DIM, BLOCK>;
+    default: return nullptr;
+  }
+}
+
+template <typename T, int BLOCK>
+Runner pick_head_dim(int head_dim, int group) {
+  switch (head_dim) {
+    case 64: return pick_group<T, 64, BLOCK>(group);
+    case 128: return pick_group<T, 128, BLOCK>(group);
+    default: return nullptr;
+  }
+}
+
+template <typename T>
+Runner pick(int head_dim, int group, int block_size) {
+  switch (block_size) {
+    case 16: return pick_head_dim<T, 16>(head_dim, group);
+    case 32: return pick_head_dim<T, 32>(head_dim, group);
+    default: return nullptr;
+  }
+}
+
+Runner pick_for(int is_bf16, int head_dim, int group, int block_size) {
+  return is_bf16 ? pick<uint16_t>(head_dim, group, block_size)
+                 : pick<float>(head_dim, group, block_size);
+}
+
+}  // namespace
+
+extern "C" {
+
+// 1 when a kernel exists for this shape (else callers use torch's path).
+int paged_decode_supported(int is_bf16, int head_dim, int group, int block_size) {
+  return pick_for(is_bf16, head_dim, group, block_size) != nullptr;
+}
+
+// Returns 0, or -1 for an unsupported shape (nothing written).
+int paged_decode(int is_bf16, const void *q, const void *k, const void *v,
+                 const int64_t *block_tables, int64_t table_stride, const int64_t *kv_lens,
+                 void *out, int num_seqs, int num_heads, int num_kv_heads, int head_dim,
+                 int block_size, int64_t block_stride, int64_t head_stride, float scale) {
+  if (num_kv_heads <= 0 || num_heads % num_kv_heads) return -1;
+  Runner runner = pick_for(is_bf16, head_dim, num_heads / num_kv_heads, block_size);
+  if (runner == nullptr) return -1;
+  Problem p{q,        k,        v,         block_tables, table_stride, kv_lens,
+            out,      num_seqs, num_heads, num_kv_heads, block_stride, head_stride,
+            scale};
+  runner(p);
+  return 0;
+}
+
+}  // extern "C"

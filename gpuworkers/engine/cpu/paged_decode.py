@@ -1,0 +1,71 @@
+"""Paged decode attention on CPU with the compiled kernel (paged_decode.cpp)."""
+
+from __future__ import annotations
+
+import torch
+
+_DTYPES = {torch.bfloat16: 1, torch.float32: 0}
+
+
+class PagedDecodeKernel:
+    """Decode attention over the paged pool with the compiled kernel.
+
+    The pool layout is the torch backend's: per block and kv head, keys as
+    [head_dim, block_size] and values as [block_size, head_dim].
+    ``supports`` says whether a dtype can use it; callers fall back to the
+    gather path otherwise (float16, CUDA tensors, shapes without a kernel).
+    """
+
+    def __init__(self, lib, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int):
+        self.lib = lib
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.block_size = block_size
+        self.scale = head_dim**-0.5
+        group = num_heads // num_kv_heads if num_heads % num_kv_heads == 0 else 0
+        self._supported = {
+            dtype: bool(lib.paged_decode_supported(flag, head_dim, group, block_size))
+            for dtype, flag in _DTYPES.items()
+        }
+
+    def supports(self, dtype: torch.dtype, device: torch.device) -> bool:
+        return device.type == "cpu" and self._supported.get(dtype, False)
+
+    def __call__(
+        self,
+        q: torch.Tensor,  # [seqs, heads, dim]
+        k_cache: torch.Tensor,  # a layer's keys, [blocks, kv_heads, dim, block_size]
+        v_cache: torch.Tensor,  # a layer's values, [blocks, kv_heads, block_size, dim]
+        block_tables: torch.Tensor,  # [seqs, max_blocks] int64
+        kv_lens: torch.Tensor,  # [seqs] int64
+    ) -> torch.Tensor:
+        q = q.contiguous()
+        out = torch.empty_like(q)
+        if k_cache.stride()[:2] != v_cache.stride()[:2] or not k_cache[0].is_contiguous():
+            raise ValueError("K and V pools must share block and head strides")
+        if block_tables.dtype != torch.int64 or kv_lens.dtype != torch.int64:
+            raise ValueError("block tables and lengths must be int64")
+        tables = block_tables.contiguous()
+        lens = kv_lens.contiguous()
+        status = self.lib.paged_decode(
+            _DTYPES[q.dtype],
+            q.data_ptr(),
+            k_cache.data_ptr(),
+            v_cache.data_ptr(),
+            tables.data_ptr(),
+            tables.stride(0),
+            lens.data_ptr(),
+            out.data_ptr(),
+            q.shape[0],
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_dim,
+            self.block_size,
+            k_cache.stride(0),
+            k_cache.stride(1),
+            self.scale,
+        )
+        if status:
+            raise ValueError("no compiled decode kernel for this shape")
+        return out

@@ -1,0 +1,257 @@
+"""The compiled CPU decode kernel and the pre-packed linears.
+
+The kernel is checked against plain softmax attention over the same keys
+and values, computed densely in float32, and against the backend's own
+gather path; the packed linears against ``F.linear``.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gpuworkers.engine.attention.metadata import AttentionMetadata
+from gpuworkers.engine.attention.torch_backend import TorchAttentionBackend
+from gpuworkers.engine.cpu import build
+from gpuworkers.engine.cpu.elementwise import FusedOps
+from gpuworkers.engine.cpu.packing import PackedLinear, pack_linears, packing_available
+from gpuworkers.engine.cpu.paged_decode import PagedDecodeKernel
+from gpuworkers.engine.models.layers import RMSNorm, RotaryEmbedding
+
+
+@pytest.fixture(scope="module")
+def library():
+    lib = build.cpu_library()
+    # gcc is on every machine kind this project runs on (see README); a
+    # missing compiler here is a set-up fault worth failing on, not skipping.
+    assert lib is not None, "the CPU decode kernel did not build"
+    return lib
+
+
+def random_pool(num_heads, num_kv_heads, head_dim, block_size, lens, dtype, seed=0):
+    """A shuffled pool holding one sequence per entry of ``lens``."""
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    num_blocks = sum(-(-n // block_size) for n in lens) + 3
+    shape = (num_blocks, num_kv_heads, head_dim * block_size)
+    k_cache = torch.randn(shape, generator=gen).to(dtype)
+    v_cache = torch.randn(shape, generator=gen).to(dtype)
+    free = list(range(num_blocks))
+    rng.shuffle(free)
+    tables = []
+    for n in lens:
+        count = -(-n // block_size)
+        tables.append([free.pop() for _ in range(count)])
+    width = max(len(t) for t in tables)
+    padded = torch.tensor([t + [0] * (width - len(t)) for t in tables])
+    q = torch.randn(len(lens), num_heads, head_dim, generator=gen).to(dtype)
+    return q, k_cache, v_cache, padded, torch.tensor(lens)
+
+
+def dense_reference(q, k_cache, v_cache, tables, lens, num_kv_heads, head_dim, block_size):
+    """Softmax attention in float32, one sequence at a time, from the pool."""
+    blocks = k_cache.shape[0]
+    keys = k_cache.float().view(blocks, num_kv_heads, head_dim, block_size)
+    values = v_cache.float().view(blocks, num_kv_heads, block_size, head_dim)
+    group = q.shape[1] // num_kv_heads
+    outs = []
+    for i, n in enumerate(lens.tolist()):
+        table = tables[i, : -(-n // block_size)]
+        k = keys[table].permute(1, 0, 3, 2).reshape(num_kv_heads, -1, head_dim)[:, :n]
+        v = values[table].transpose(0, 1).reshape(num_kv_heads, -1, head_dim)[:, :n]
+        k = k.repeat_interleave(group, 0)
+        v = v.repeat_interleave(group, 0)
+        scores = (q[i].float()[:, None, :] @ k.transpose(1, 2)) * head_dim**-0.5
+        outs.append((scores.softmax(-1) @ v)[:, 0])
+    return torch.stack(outs)
+
+
+@pytest.mark.parametrize(
+    ("num_heads", "num_kv_heads", "head_dim", "block_size"),
+    [(9, 3, 64, 16), (8, 8, 64, 16), (16, 2, 128, 32), (4, 1, 64, 16)],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_matches_dense_attention(
+    library, num_heads, num_kv_heads, head_dim, block_size, dtype
+):
+    # Lengths on and off block boundaries, including a single key.
+    lens = [1, block_size, block_size + 1, 3 * block_size - 1, 200, 77]
+    q, k_cache, v_cache, tables, kv_lens = random_pool(
+        num_heads, num_kv_heads, head_dim, block_size, lens, dtype
+    )
+    kernel = PagedDecodeKernel(library, num_heads, num_kv_heads, head_dim, block_size)
+    assert kernel.supports(dtype, torch.device("cpu"))
+    backend = TorchAttentionBackend(num_heads, num_kv_heads, head_dim, block_size)
+    keys, values = backend._views(k_cache, v_cache)
+    out = kernel(q, keys, values, tables, kv_lens)
+    expected = dense_reference(
+        q, k_cache, v_cache, tables, kv_lens, num_kv_heads, head_dim, block_size
+    )
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(out.float(), expected, atol=tolerance, rtol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_backend_kernel_and_gather_paths_agree(library, dtype):
+    """The same decode batch through the backend with and without the kernel."""
+    lens = [5, 40, 41, 300, 16, 1000, 2, 64]
+    q, k_cache, v_cache, tables, kv_lens = random_pool(9, 3, 64, 16, lens, dtype, seed=1)
+    outputs = {}
+    for use_kernel in (True, False):
+        backend = TorchAttentionBackend(9, 3, 64, 16, use_kernel=use_kernel)
+        meta = AttentionMetadata(
+            num_decodes=len(lens),
+            slot_mapping=torch.zeros(0, dtype=torch.long),
+            decode_block_tables=tables,
+            decode_kv_lens=kv_lens,
+        )
+        backend.plan(meta, dtype)
+        assert (meta.backend_state is not None) == use_kernel
+        assert bool(meta.decode_groups) != use_kernel
+        no_new = torch.zeros(0, 3, 64, dtype=dtype)
+        outputs[use_kernel] = backend.forward(q, no_new, no_new, k_cache, v_cache, meta)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(
+        outputs[True].float(), outputs[False].float(), atol=tolerance, rtol=0
+    )
+
+
+def test_kernel_refuses_shapes_it_was_not_built_for(library):
+    # head_dim 80 has no instantiation: the backend must keep the gather path.
+    kernel = PagedDecodeKernel(library, 8, 8, 80, 16)
+    assert not kernel.supports(torch.float32, torch.device("cpu"))
+    assert not PagedDecodeKernel(library, 8, 8, 64, 16).supports(torch.float16, torch.device("cpu"))
+    backend = TorchAttentionBackend(8, 8, 80, 16)
+    meta = AttentionMetadata(
+        num_decodes=1,
+        slot_mapping=torch.zeros(0, dtype=torch.long),
+        decode_block_tables=torch.tensor([[0]]),
+        decode_kv_lens=torch.tensor([3]),
+    )
+    backend.plan(meta, torch.float32)
+    assert meta.backend_state is None and len(meta.decode_groups) == 1
+
+
+def test_build_is_cached_per_machine_and_can_be_switched_off(monkeypatch, tmp_path):
+    monkeypatch.setenv(build.ENV_CACHE, str(tmp_path))
+    compiler = build._compiler()
+    assert compiler is not None
+    first = build._build(compiler)
+    assert first.parent == tmp_path and first.exists()
+    stamp = first.stat().st_mtime_ns
+    assert build._build(compiler) == first
+    assert first.stat().st_mtime_ns == stamp, "a cached build was rebuilt"
+    assert not list(tmp_path.glob("*.partial")), "a partial build was left behind"
+    monkeypatch.setenv(build.ENV_SWITCH, "0")
+    assert build.cpu_library() is None
+
+
+@pytest.mark.skipif(
+    not packing_available(torch.bfloat16, "cpu"), reason="this torch build has no oneDNN packing"
+)
+@pytest.mark.parametrize("rows", [1, 7, 64, 700])
+def test_packed_linear_is_bit_identical_to_f_linear(rows):
+    gen = torch.Generator().manual_seed(rows)
+    linear = torch.nn.Linear(576, 960, bias=True)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(960, 576, generator=gen))
+        linear.bias.copy_(torch.randn(960, generator=gen))
+    linear = linear.to(torch.bfloat16)
+    x = torch.randn(rows, 576, generator=gen).to(torch.bfloat16)
+    packed = PackedLinear(linear)
+    assert torch.equal(packed(x), F.linear(x, linear.weight, linear.bias))
+    # Leading dimensions pass through.
+    assert packed(x.view(1, rows, 576)).shape == (1, rows, 960)
+
+
+def test_pack_linears_swaps_every_linear():
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 32, bias=False), torch.nn.ReLU(), torch.nn.Linear(32, 8)
+    ).to(torch.bfloat16)
+    if not packing_available(torch.bfloat16, "cpu"):
+        pytest.skip("this torch build has no oneDNN packing")
+    x = torch.randn(5, 64).to(torch.bfloat16)
+    expected = model(x)
+    assert pack_linears(model) == 2
+    assert not any(isinstance(m, torch.nn.Linear) for m in model.modules())
+    assert torch.equal(model(x), expected)
+
+
+# Fused element-wise ops -------------------------------------------------
+
+
+def bf16_ulps(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Largest distance in bfloat16 steps between same-signed values."""
+    as_int = lambda t: t.view(torch.int16).to(torch.int32)  # noqa: E731
+    return int((as_int(a) - as_int(b)).abs().max())
+
+
+@pytest.fixture(scope="module")
+def fused(library):
+    return FusedOps(library)
+
+
+def test_fused_rms_norm_matches_torch_and_adds_the_residual_in_place(fused):
+    gen = torch.Generator().manual_seed(3)
+    norm = RMSNorm(576, 1e-5)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(576, generator=gen) + 0.5)
+    norm = norm.to(torch.bfloat16)
+    x = torch.randn(37, 576, generator=gen).to(torch.bfloat16)
+    residual = torch.randn(37, 576, generator=gen).to(torch.bfloat16)
+    expected_sum = residual + x
+    expected = norm(expected_sum)  # plain torch: fused is not attached
+    assert bf16_ulps(fused.rms_norm(expected_sum, norm.weight, norm.eps), expected) <= 1
+    stream = residual.clone()
+    out = fused.rms_norm(x, norm.weight, norm.eps, residual=stream)
+    assert torch.equal(stream, expected_sum)
+    assert bf16_ulps(out, expected) <= 1
+
+
+def test_fused_rotary_matches_torch_on_strided_heads(fused):
+    gen = torch.Generator().manual_seed(4)
+    rotary = RotaryEmbedding(64, 4096, 10000.0, {}, torch.bfloat16)
+    # q and k as the model has them: views into one fused qkv row.
+    qkv = torch.randn(20, 9 * 64 + 2 * 3 * 64, generator=gen).to(torch.bfloat16)
+    q = qkv[:, : 9 * 64].view(20, 9, 64)
+    k = qkv[:, 9 * 64 : 12 * 64].view(20, 3, 64)
+    positions = torch.randint(0, 4096, (20,), generator=gen)
+    expected_q, expected_k = rotary(positions, q.clone(), k.clone())
+    value = qkv[:, 12 * 64 :].clone()
+    fused.rotary_(q, positions, rotary.cos, rotary.sin)
+    fused.rotary_(k, positions, rotary.cos, rotary.sin)
+    assert torch.equal(q, expected_q)
+    assert torch.equal(k, expected_k)
+    assert torch.equal(qkv[:, 12 * 64 :], value), "the rotation wrote past k"
+
+
+def test_fused_silu_and_mul_matches_torch(fused):
+    gen = torch.Generator().manual_seed(5)
+    gate_up = (torch.randn(33, 2 * 1536, generator=gen) * 4).to(torch.bfloat16)
+    gate, up = gate_up.split(1536, dim=-1)
+    expected = F.silu(gate) * up
+    # exp() differs in its last bit between libraries: one bfloat16 step in
+    # silu, at most one more once multiplied by up and rounded.
+    assert bf16_ulps(fused.silu_and_mul(gate_up), expected) <= 2
+
+
+def test_bfloat16_engine_answers_the_demo_question_on_both_paths(demo_dir):
+    """End to end in bfloat16: fast paths on (kernels, packing) and off."""
+    from gpuworkers.engine import LLMEngine, SamplingParams
+    from gpuworkers.engine.tokenizer import apply_chat_template
+
+    for fast in (True, False):
+        engine = LLMEngine.from_pretrained(
+            demo_dir, dtype="bfloat16", kv_cache_bytes=64 << 20, cpu_fast_paths=fast
+        )
+        assert bool(engine.runner.model.cpu_fast_paths) == fast
+        assert (engine.runner.backend.kernel is not None) == fast
+        prompt = apply_chat_template(
+            engine.tokenizer, [{"role": "user", "content": "What is the capital of France?"}]
+        )
+        (out,) = engine.generate([prompt], SamplingParams(max_tokens=16, temperature=0.0))
+        assert "Paris" in out.text
+        assert engine.stats()["kv_blocks_used"] == 0
