@@ -3,7 +3,9 @@
 Fills the engine with 64 requests (prompts uniform in 16..1024 tokens, as in
 bench.engine's offline workload), prefills them all, then times pure decode
 steps of all 64 sequences and prints the slowest torch ops of two of them.
-Used to choose between attention implementations; prints, asserts nothing.
+Compares the CPU fast paths with plain torch (--no-fast-paths); prints,
+asserts nothing. The compiled kernels run outside torch's profiler: its
+table shows only the torch ops left around them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--budget", type=int, default=512, help="max_num_batched_tokens")
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument(
+        "--no-fast-paths",
+        action="store_true",
+        help="plain torch: no CPU kernels, no packed linears (EngineConfig.cpu_fast_paths)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     engine = LLMEngine.from_pretrained(
@@ -33,7 +40,9 @@ def main(argv: list[str] | None = None) -> None:
         kv_cache_bytes=2 << 30,
         max_num_seqs=args.requests,
         max_num_batched_tokens=args.budget,
+        cpu_fast_paths=not args.no_fast_paths,
     )
+    print(f"CPU fast paths: {engine.runner.model.cpu_fast_paths or 'off'}")
     rng = random.Random(0)
     params = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
     lengths = [rng.randint(16, 1024) for _ in range(args.requests)]

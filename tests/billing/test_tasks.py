@@ -20,8 +20,8 @@ from billing.models import DailyUsage, GpuUsageSample
 from config.celery_app import app
 from inference.bus.base import WorkerInfo, WorkerState
 from inference.bus.redis_bus import RedisWorkerBus
-from tests.redis_helpers import celery_test_url
 from tests.gpuworkers.buses import uid
+from tests.redis_helpers import celery_test_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 TIMEOUT = 60

@@ -50,8 +50,12 @@ class AttentionMetadata:
     decode_kv_lens: torch.Tensor | None = None
     decode_groups: list[DecodeGroup] = field(default_factory=list)
     prefills: list[PrefillSpan] = field(default_factory=list)
-    # Backend-specific state (FlashInfer plans), set by backend.plan().
+    # Backend-specific state (FlashInfer plans, the bound CPU decode
+    # kernel), set by backend.plan().
     backend_state: object | None = None
+    # Block and in-block offset of each slot (torch backend), set by plan().
+    slot_blocks: torch.Tensor | None = None
+    slot_offsets: torch.Tensor | None = None
 
 
 def additive_mask(valid: torch.Tensor) -> torch.Tensor:

@@ -42,11 +42,14 @@ class TorchAttentionBackend:
         """Choose the decode path; the gather path needs its padded groups."""
         meta.decode_groups = []
         meta.backend_state = None
+        # Where each new token's K/V goes, once for all layers.
+        meta.slot_blocks = meta.slot_mapping // self.block_size
+        meta.slot_offsets = meta.slot_mapping % self.block_size
         if not meta.num_decodes:
             return
         device = meta.decode_kv_lens.device
         if self.kernel is not None and self.kernel.supports(dtype or torch.float32, device):
-            meta.backend_state = self.kernel
+            meta.backend_state = self.kernel.bind(meta.decode_block_tables, meta.decode_kv_lens)
             return
         lens = meta.decode_kv_lens.tolist()
         for start, end in split_decode_groups(lens):
@@ -83,18 +86,14 @@ class TorchAttentionBackend:
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         keys, values = self._views(k_cache, v_cache)
-        blocks = meta.slot_mapping // self.block_size
-        offsets = meta.slot_mapping % self.block_size
         # Advanced indices around a slice put the token dimension first:
         # both targets are [tokens, kv_heads, dim], like k and v.
-        keys[blocks, :, :, offsets] = k
-        values[blocks, :, offsets, :] = v
+        keys[meta.slot_blocks, :, :, meta.slot_offsets] = k
+        values[meta.slot_blocks, :, meta.slot_offsets, :] = v
         out = torch.empty_like(q)
         if meta.backend_state is not None:
             d = meta.num_decodes
-            out[:d] = meta.backend_state(
-                q[:d], keys, values, meta.decode_block_tables, meta.decode_kv_lens
-            )
+            out[:d] = meta.backend_state(q[:d], keys, values)
         for group in meta.decode_groups:
             rows = slice(group.start, group.end)
             out[rows] = self._decode(q[rows], keys, values, group)

@@ -32,39 +32,54 @@ class PagedDecodeKernel:
     def supports(self, dtype: torch.dtype, device: torch.device) -> bool:
         return device.type == "cpu" and self._supported.get(dtype, False)
 
+    def bind(self, block_tables: torch.Tensor, kv_lens: torch.Tensor) -> BoundDecode:
+        """This step's decode rows, checked once and shared by every layer."""
+        if block_tables.dtype != torch.int64 or kv_lens.dtype != torch.int64:
+            raise ValueError("block tables and lengths must be int64")
+        return BoundDecode(self, block_tables.contiguous(), kv_lens.contiguous())
+
+    def __call__(self, q, k_cache, v_cache, block_tables, kv_lens) -> torch.Tensor:
+        return self.bind(block_tables, kv_lens)(q, k_cache, v_cache)
+
+
+class BoundDecode:
+    """The kernel bound to one step's block tables and lengths."""
+
+    __slots__ = ("kernel", "tables", "lens")
+
+    def __init__(self, kernel: PagedDecodeKernel, tables: torch.Tensor, lens: torch.Tensor):
+        self.kernel = kernel
+        self.tables = tables  # [seqs, max_blocks] int64, contiguous
+        self.lens = lens  # [seqs] int64
+
     def __call__(
         self,
         q: torch.Tensor,  # [seqs, heads, dim]
         k_cache: torch.Tensor,  # a layer's keys, [blocks, kv_heads, dim, block_size]
         v_cache: torch.Tensor,  # a layer's values, [blocks, kv_heads, block_size, dim]
-        block_tables: torch.Tensor,  # [seqs, max_blocks] int64
-        kv_lens: torch.Tensor,  # [seqs] int64
     ) -> torch.Tensor:
+        kernel = self.kernel
         q = q.contiguous()
         out = torch.empty_like(q)
         if k_cache.stride()[:2] != v_cache.stride()[:2] or not k_cache[0].is_contiguous():
             raise ValueError("K and V pools must share block and head strides")
-        if block_tables.dtype != torch.int64 or kv_lens.dtype != torch.int64:
-            raise ValueError("block tables and lengths must be int64")
-        tables = block_tables.contiguous()
-        lens = kv_lens.contiguous()
-        status = self.lib.paged_decode(
+        status = kernel.lib.paged_decode(
             _DTYPES[q.dtype],
             q.data_ptr(),
             k_cache.data_ptr(),
             v_cache.data_ptr(),
-            tables.data_ptr(),
-            tables.stride(0),
-            lens.data_ptr(),
+            self.tables.data_ptr(),
+            self.tables.stride(0),
+            self.lens.data_ptr(),
             out.data_ptr(),
             q.shape[0],
-            self.num_heads,
-            self.num_kv_heads,
-            self.head_dim,
-            self.block_size,
+            kernel.num_heads,
+            kernel.num_kv_heads,
+            kernel.head_dim,
+            kernel.block_size,
             k_cache.stride(0),
             k_cache.stride(1),
-            self.scale,
+            kernel.scale,
         )
         if status:
             raise ValueError("no compiled decode kernel for this shape")
