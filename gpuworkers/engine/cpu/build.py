@@ -23,7 +23,13 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SOURCES = sorted(Path(__file__).parent.glob("*.cpp"))
-FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c++17"]
+# -ffast-math lets gcc vectorise expf (glibc's libmvec) and reassociate sums.
+# It is for compiling only: linking a shared library with it pulls in
+# crtfastmath.o, which turns on flush-to-zero for the whole process at load
+# time (every float op in torch and Python would lose subnormals; caught by
+# schemathesis' hypothesis, tested in test_cpu_fast_paths.py).
+COMPILE_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c++17"]
+LINK_FLAGS = ["-shared", "-fopenmp", "-lm"]
 ENV_SWITCH = "GPUWORKERS_CPU_KERNELS"
 ENV_CACHE = "GPUWORKERS_KERNEL_CACHE"
 
@@ -55,7 +61,14 @@ def _build(compiler: str) -> Path:
     source = b"\0".join(path.read_bytes() for path in SOURCES)
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256(
-        b"\0".join([source, " ".join(FLAGS).encode(), version.encode(), _cpu_identity().encode()])
+        b"\0".join(
+            [
+                source,
+                " ".join(COMPILE_FLAGS + LINK_FLAGS).encode(),
+                version.encode(),
+                _cpu_identity().encode(),
+            ]
+        )
     ).hexdigest()[:16]
     target = cache_dir() / f"engine-cpu-{key}.so"
     if target.exists():
@@ -66,18 +79,21 @@ def _build(compiler: str) -> Path:
     fd, partial = tempfile.mkstemp(dir=target.parent, suffix=".so.partial")
     os.close(fd)
     try:
-        subprocess.run(
-            [compiler, *FLAGS, *map(str, SOURCES), "-o", partial, "-lm"],
-            check=True,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        with tempfile.TemporaryDirectory(dir=target.parent, suffix=".objects.partial") as tmp:
+            objects = []
+            for source_path in SOURCES:
+                objects.append(str(Path(tmp) / f"{source_path.stem}.o"))
+                _run([compiler, *COMPILE_FLAGS, "-c", str(source_path), "-o", objects[-1]])
+            _run([compiler, *objects, *LINK_FLAGS, "-o", partial])
         os.replace(partial, target)
     finally:
         if os.path.exists(partial):
             os.unlink(partial)
     return target
+
+
+def _run(command: list[str]) -> None:
+    subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
 
 
 def _load() -> object | None:
