@@ -47,8 +47,12 @@ def sample(logits: torch.Tensor, requests: list[SampleRequest]) -> list[SampleRe
     results: list[SampleResult | None] = [None] * len(requests)
     greedy = [i for i, r in enumerate(requests) if r.params.greedy]
     if greedy:
-        rows = torch.tensor([requests[i].row for i in greedy])
-        tokens = logits.index_select(0, rows).argmax(dim=-1).tolist()
+        rows = [requests[i].row for i in greedy]
+        if rows == list(range(logits.shape[0])):
+            # Every row greedy, in order (the common case): no gathered copy.
+            tokens = logits.argmax(dim=-1).tolist()
+        else:
+            tokens = logits.index_select(0, torch.tensor(rows)).argmax(dim=-1).tolist()
         for i, token in zip(greedy, tokens, strict=True):
             results[i] = SampleResult(token)
     for i, request in enumerate(requests):

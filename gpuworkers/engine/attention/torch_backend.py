@@ -86,14 +86,17 @@ class TorchAttentionBackend:
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         keys, values = self._views(k_cache, v_cache)
-        # Advanced indices around a slice put the token dimension first:
-        # both targets are [tokens, kv_heads, dim], like k and v.
-        keys[meta.slot_blocks, :, :, meta.slot_offsets] = k
-        values[meta.slot_blocks, :, meta.slot_offsets, :] = v
-        out = torch.empty_like(q)
+        if self.kernel is not None and self.kernel.supports(k.dtype, k.device):
+            self.kernel.write_kv(k, v, keys, values, meta.slot_mapping)
+        else:
+            # Advanced indices around a slice put the token dimension first:
+            # both targets are [tokens, kv_heads, dim], like k and v.
+            keys[meta.slot_blocks, :, :, meta.slot_offsets] = k
+            values[meta.slot_blocks, :, meta.slot_offsets, :] = v
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         if meta.backend_state is not None:
             d = meta.num_decodes
-            out[:d] = meta.backend_state(q[:d], keys, values)
+            meta.backend_state(q[:d], keys, values, out=out[:d])
         for group in meta.decode_groups:
             rows = slice(group.start, group.end)
             out[rows] = self._decode(q[rows], keys, values, group)

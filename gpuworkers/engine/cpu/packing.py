@@ -46,6 +46,10 @@ class PackedLinear(nn.Module):
         self.register_buffer("bias", bias, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2:  # the engine's flat [tokens, features] batch
+            return torch.ops.mkldnn._linear_pointwise(
+                x, self.packed_weight, self.bias, "none", [], ""
+            )
         rows = x.reshape(-1, self.in_features)
         out = torch.ops.mkldnn._linear_pointwise(
             rows, self.packed_weight, self.bias, "none", [], ""

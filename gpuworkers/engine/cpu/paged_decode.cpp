@@ -55,7 +55,9 @@ inline void store(uint16_t *p, float f) {
 inline void store(float *p, float f) { *p = f; }
 
 struct Problem {
-  const void *q, *k, *v;
+  const void *q;
+  int64_t q_stride;  // elements between two sequences' query rows
+  const void *k, *v;
   const int64_t *block_tables;
   int64_t table_stride;
   const int64_t *kv_lens;
@@ -74,7 +76,7 @@ void attend(const Problem &p, int seq, int kv_head, std::vector<float> &scores) 
   const int64_t *table = p.block_tables + seq * p.table_stride;
   const int64_t num_blocks = (len + BLOCK - 1) / BLOCK;
   const int64_t first_head = static_cast<int64_t>(seq) * p.num_heads + kv_head * GROUP;
-  const T *q = static_cast<const T *>(p.q) + first_head * HEAD_DIM;
+  const T *q = static_cast<const T *>(p.q) + seq * p.q_stride + kv_head * GROUP * HEAD_DIM;
   const int64_t head_offset = kv_head * p.head_stride;
 
   float query[GROUP][HEAD_DIM];
@@ -194,6 +196,29 @@ Runner pick_for(int is_bf16, int head_dim, int group, int block_size) {
                  : pick<float>(head_dim, group, block_size);
 }
 
+// Store new tokens' keys and values at their slots (block * block_size +
+// offset) in the torch backend's layout: keys transposed per block and kv
+// head ([head_dim][block_size]), values as rows. k and v rows may be
+// strided (views into the fused qkv output), each with its own stride.
+template <typename T>
+void write_kv(const T *k, int64_t k_stride, const T *v, int64_t v_stride, const int64_t *slots,
+              int64_t tokens,
+              T *keys, T *values, int64_t num_kv_heads, int64_t head_dim, int64_t block_size,
+              int64_t block_stride, int64_t head_stride) {
+#pragma omp parallel for schedule(static) if (tokens > 64)
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t block = slots[t] / block_size, offset = slots[t] % block_size;
+    for (int64_t h = 0; h < num_kv_heads; ++h) {
+      const T *key = k + t * k_stride + h * head_dim;
+      const T *value = v + t * v_stride + h * head_dim;
+      T *key_dst = keys + block * block_stride + h * head_stride + offset;
+      T *value_dst = values + block * block_stride + h * head_stride + offset * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) key_dst[d * block_size] = key[d];
+      std::memcpy(value_dst, value, head_dim * sizeof(T));
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -203,19 +228,35 @@ int paged_decode_supported(int is_bf16, int head_dim, int group, int block_size)
   return pick_for(is_bf16, head_dim, group, block_size) != nullptr;
 }
 
-// Returns 0, or -1 for an unsupported shape (nothing written).
-int paged_decode(int is_bf16, const void *q, const void *k, const void *v,
+// Returns 0, or -1 for an unsupported shape (nothing written). q rows may
+// be strided (a view into the fused qkv output); out is contiguous.
+int paged_decode(int is_bf16, const void *q, int64_t q_stride, const void *k, const void *v,
                  const int64_t *block_tables, int64_t table_stride, const int64_t *kv_lens,
                  void *out, int num_seqs, int num_heads, int num_kv_heads, int head_dim,
                  int block_size, int64_t block_stride, int64_t head_stride, float scale) {
   if (num_kv_heads <= 0 || num_heads % num_kv_heads) return -1;
   Runner runner = pick_for(is_bf16, head_dim, num_heads / num_kv_heads, block_size);
   if (runner == nullptr) return -1;
-  Problem p{q,        k,        v,         block_tables, table_stride, kv_lens,
-            out,      num_seqs, num_heads, num_kv_heads, block_stride, head_stride,
-            scale};
+  Problem p{q,   q_stride,  k,         v,            block_tables, table_stride, kv_lens,
+            out, num_seqs,  num_heads, num_kv_heads, block_stride, head_stride,  scale};
   runner(p);
   return 0;
+}
+
+void write_kv_cache(int element_size, const void *k, int64_t k_stride, const void *v,
+                    int64_t v_stride, const int64_t *slots, int64_t tokens, void *keys, void *values,
+                    int64_t num_kv_heads, int64_t head_dim, int64_t block_size,
+                    int64_t block_stride, int64_t head_stride) {
+  if (element_size == 2)
+    write_kv(static_cast<const uint16_t *>(k), k_stride, static_cast<const uint16_t *>(v), v_stride,
+             slots,
+             tokens, static_cast<uint16_t *>(keys), static_cast<uint16_t *>(values), num_kv_heads,
+             head_dim, block_size, block_stride, head_stride);
+  else
+    write_kv(static_cast<const uint32_t *>(k), k_stride, static_cast<const uint32_t *>(v), v_stride,
+             slots,
+             tokens, static_cast<uint32_t *>(keys), static_cast<uint32_t *>(values), num_kv_heads,
+             head_dim, block_size, block_stride, head_stride);
 }
 
 }  // extern "C"

@@ -41,6 +41,35 @@ class PagedDecodeKernel:
     def __call__(self, q, k_cache, v_cache, block_tables, kv_lens) -> torch.Tensor:
         return self.bind(block_tables, kv_lens)(q, k_cache, v_cache)
 
+    def write_kv(
+        self,
+        k: torch.Tensor,  # [tokens, kv_heads, dim], rows may be strided
+        v: torch.Tensor,
+        k_cache: torch.Tensor,  # a layer's keys, [blocks, kv_heads, dim, block_size]
+        v_cache: torch.Tensor,  # a layer's values, [blocks, kv_heads, block_size, dim]
+        slots: torch.Tensor,  # [tokens] int64, block * block_size + offset
+    ) -> None:
+        """Store new keys and values at their slots (the cache's layout)."""
+        for t in (k, v):
+            if t.stride(2) != 1 or t.stride(1) != self.head_dim or t.dtype != k.dtype:
+                raise ValueError("k and v rows must hold contiguous heads of one dtype")
+        self.lib.write_kv_cache(
+            k.element_size(),
+            k.data_ptr(),
+            k.stride(0),
+            v.data_ptr(),
+            v.stride(0),
+            slots.data_ptr(),
+            k.shape[0],
+            k_cache.data_ptr(),
+            v_cache.data_ptr(),
+            self.num_kv_heads,
+            self.head_dim,
+            self.block_size,
+            k_cache.stride(0),
+            k_cache.stride(1),
+        )
+
 
 class BoundDecode:
     """The kernel bound to one step's block tables and lengths."""
@@ -54,18 +83,24 @@ class BoundDecode:
 
     def __call__(
         self,
-        q: torch.Tensor,  # [seqs, heads, dim]
+        q: torch.Tensor,  # [seqs, heads, dim]; rows may be strided
         k_cache: torch.Tensor,  # a layer's keys, [blocks, kv_heads, dim, block_size]
         v_cache: torch.Tensor,  # a layer's values, [blocks, kv_heads, block_size, dim]
+        out: torch.Tensor | None = None,  # [seqs, heads, dim], contiguous
     ) -> torch.Tensor:
         kernel = self.kernel
-        q = q.contiguous()
-        out = torch.empty_like(q)
+        if q.stride(2) != 1 or q.stride(1) != kernel.head_dim:
+            q = q.contiguous()
+        if out is None:
+            out = torch.empty(q.shape, dtype=q.dtype)
+        elif not out.is_contiguous():
+            raise ValueError("out must be contiguous")
         if k_cache.stride()[:2] != v_cache.stride()[:2] or not k_cache[0].is_contiguous():
             raise ValueError("K and V pools must share block and head strides")
         status = kernel.lib.paged_decode(
             _DTYPES[q.dtype],
             q.data_ptr(),
+            q.stride(0),
             k_cache.data_ptr(),
             v_cache.data_ptr(),
             self.tables.data_ptr(),

@@ -77,8 +77,16 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
         if self.fused is not None and self.fused.applies(q) and self.cos.dtype == q.dtype:
-            self.fused.rotary_(q, positions, self.cos, self.sin)
-            self.fused.rotary_(k, positions, self.cos, self.sin)
+            tokens, heads, dim = q.shape
+            q_row = heads * dim * q.element_size()
+            if k.stride(0) == q.stride(0) and k.data_ptr() == q.data_ptr() + q_row:
+                # k's heads follow q's in each row (views of the fused qkv
+                # output): rotate both in one call.
+                both = q.as_strided((tokens, heads + k.shape[1], dim), (q.stride(0), dim, 1))
+                self.fused.rotary_(both, positions, self.cos, self.sin)
+            else:
+                self.fused.rotary_(q, positions, self.cos, self.sin)
+                self.fused.rotary_(k, positions, self.cos, self.sin)
             return q, k
         cos = self.cos[positions].unsqueeze(1)  # [tokens, 1, dim]
         sin = self.sin[positions].unsqueeze(1)

@@ -96,23 +96,36 @@ def test_kernel_matches_dense_attention(
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_backend_kernel_and_gather_paths_agree(library, dtype):
-    """The same decode batch through the backend with and without the kernel."""
+    """The same decode batch through the backend with and without the kernel:
+    each sequence's new key and value written at its last slot (the kernel's
+    write_kv vs torch's index_put), then attended to."""
     lens = [5, 40, 41, 300, 16, 1000, 2, 64]
     q, k_cache, v_cache, tables, kv_lens = random_pool(9, 3, 64, 16, lens, dtype, seed=1)
-    outputs = {}
+    # The new tokens' k and v as views into one fused row, as the model has them.
+    gen = torch.Generator().manual_seed(2)
+    fused_row = torch.randn(len(lens), 9 * 64 + 2 * 3 * 64, generator=gen).to(dtype)
+    new_k = fused_row[:, 9 * 64 : 12 * 64].view(-1, 3, 64)
+    new_v = fused_row[:, 12 * 64 :].view(-1, 3, 64)
+    last = kv_lens - 1
+    slots = tables.gather(1, (last // 16)[:, None])[:, 0] * 16 + last % 16
+    outputs, pools = {}, {}
     for use_kernel in (True, False):
         backend = TorchAttentionBackend(9, 3, 64, 16, use_kernel=use_kernel)
         meta = AttentionMetadata(
             num_decodes=len(lens),
-            slot_mapping=torch.zeros(0, dtype=torch.long),
+            slot_mapping=slots,
             decode_block_tables=tables,
             decode_kv_lens=kv_lens,
         )
         backend.plan(meta, dtype)
         assert (meta.backend_state is not None) == use_kernel
         assert bool(meta.decode_groups) != use_kernel
-        no_new = torch.zeros(0, 3, 64, dtype=dtype)
-        outputs[use_kernel] = backend.forward(q, no_new, no_new, k_cache, v_cache, meta)
+        pool_k, pool_v = k_cache.clone(), v_cache.clone()
+        outputs[use_kernel] = backend.forward(q, new_k, new_v, pool_k, pool_v, meta)
+        pools[use_kernel] = (pool_k, pool_v)
+    assert torch.equal(pools[True][0], pools[False][0])
+    assert torch.equal(pools[True][1], pools[False][1])
+    assert not torch.equal(pools[True][0], k_cache), "no key was written"
     tolerance = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(
         outputs[True].float(), outputs[False].float(), atol=tolerance, rtol=0
@@ -229,11 +242,16 @@ def test_fused_rotary_matches_torch_on_strided_heads(fused):
     positions = torch.randint(0, 4096, (20,), generator=gen)
     expected_q, expected_k = rotary(positions, q.clone(), k.clone())
     value = qkv[:, 12 * 64 :].clone()
-    fused.rotary_(q, positions, rotary.cos, rotary.sin)
-    fused.rotary_(k, positions, rotary.cos, rotary.sin)
-    assert torch.equal(q, expected_q)
-    assert torch.equal(k, expected_k)
-    assert torch.equal(qkv[:, 12 * 64 :], value), "the rotation wrote past k"
+    separate = qkv.clone()
+    fused.rotary_(separate[:, : 9 * 64].view(20, 9, 64), positions, rotary.cos, rotary.sin)
+    fused.rotary_(separate[:, 9 * 64 : 12 * 64].view(20, 3, 64), positions, rotary.cos, rotary.sin)
+    # Through the module: adjacent q and k views are rotated in one call.
+    rotary.fused = fused
+    q, k = rotary(positions, q, k)
+    for rotated in (separate, qkv):
+        assert torch.equal(rotated[:, : 9 * 64].view(20, 9, 64), expected_q)
+        assert torch.equal(rotated[:, 9 * 64 : 12 * 64].view(20, 3, 64), expected_k)
+        assert torch.equal(rotated[:, 12 * 64 :], value), "the rotation wrote past k"
 
 
 def test_fused_silu_and_mul_matches_torch(fused):
