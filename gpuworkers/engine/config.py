@@ -37,9 +37,10 @@ class EngineConfig:
     dtype: str = "bfloat16"
     device: str = "cpu"
     attention_backend: str = "auto"  # auto | torch | flashinfer
-    # On CPU: decode attention in the compiled paged kernel (built on first
-    # use; torch's gather path when off or unavailable), and bfloat16 linear
-    # weights pre-packed for oneDNN. Off: plain torch everywhere.
+    # On CPU (engine/cpu/): decode attention and K/V writes in the compiled
+    # kernels (built on first use; plain torch when off or unavailable), and
+    # in bfloat16 also fused element-wise kernels and linear weights
+    # pre-packed for oneDNN. Off: plain torch everywhere.
     cpu_fast_paths: bool = True
     block_size: int = 16
     kv_cache_bytes: int = 512 << 20

@@ -53,7 +53,8 @@ class AttentionMetadata:
     # Backend-specific state (FlashInfer plans, the bound CPU decode
     # kernel), set by backend.plan().
     backend_state: object | None = None
-    # Block and in-block offset of each slot (torch backend), set by plan().
+    # Block and in-block offset of each slot (torch backend without its CPU
+    # kernel, which computes them itself), set by plan().
     slot_blocks: torch.Tensor | None = None
     slot_offsets: torch.Tensor | None = None
 

@@ -5,7 +5,8 @@ Decode rows: on CPU, one call of the compiled paged-decode kernel
 available (no compiler, float16, CUDA) the rows are gathered into dense
 copies, in groups of similar length, for two matmuls. Prefill chunks: one
 scaled_dot_product_attention call each (flash attention on CPU). The cache
-layout is [num_blocks, block_size, kv_heads, head_dim] per layer for K and V.
+layout is ``cache_block_shape()``: per block and kv head, keys transposed
+and values as rows.
 """
 
 from __future__ import annotations
@@ -42,13 +43,17 @@ class TorchAttentionBackend:
         """Choose the decode path; the gather path needs its padded groups."""
         meta.decode_groups = []
         meta.backend_state = None
-        # Where each new token's K/V goes, once for all layers.
-        meta.slot_blocks = meta.slot_mapping // self.block_size
-        meta.slot_offsets = meta.slot_mapping % self.block_size
+        device = meta.slot_mapping.device
+        use_kernel = self.kernel is not None and self.kernel.supports(
+            dtype or torch.float32, device
+        )
+        # Without the kernel's K/V write: where each new token goes, once for
+        # all layers.
+        meta.slot_blocks = None if use_kernel else meta.slot_mapping // self.block_size
+        meta.slot_offsets = None if use_kernel else meta.slot_mapping % self.block_size
         if not meta.num_decodes:
             return
-        device = meta.decode_kv_lens.device
-        if self.kernel is not None and self.kernel.supports(dtype or torch.float32, device):
+        if use_kernel:
             meta.backend_state = self.kernel.bind(meta.decode_block_tables, meta.decode_kv_lens)
             return
         lens = meta.decode_kv_lens.tolist()
@@ -86,7 +91,7 @@ class TorchAttentionBackend:
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         keys, values = self._views(k_cache, v_cache)
-        if self.kernel is not None and self.kernel.supports(k.dtype, k.device):
+        if meta.slot_blocks is None:
             self.kernel.write_kv(k, v, keys, values, meta.slot_mapping)
         else:
             # Advanced indices around a slice put the token dimension first:
