@@ -349,6 +349,14 @@ class LLMEngine:
 
     # Introspection --------------------------------------------------------
 
+    @property
+    def cpu_fast_paths(self) -> list[str]:
+        """The CPU fast paths in use (engine/cpu/); empty on plain torch or CUDA."""
+        enabled = list(getattr(self.runner.model, "cpu_fast_paths", []))
+        if getattr(self.runner.backend, "kernel", None) is not None:
+            enabled.insert(0, "paged-decode-kernel")
+        return enabled
+
     def stats(self) -> dict:
         sched = self.scheduler
         return {

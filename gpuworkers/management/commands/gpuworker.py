@@ -160,7 +160,11 @@ class Command(BaseCommand):
             device=options["device"],
             **engine_scheduling_options(options["scheduling_policy"]),
         )
-        self._say(f"model {name}: loaded in {time.monotonic() - started:.1f}s")
+        fast_paths = ", ".join(engine.cpu_fast_paths) or "none"
+        self._say(
+            f"model {name}: loaded in {time.monotonic() - started:.1f}s"
+            f" (CPU fast paths: {fast_paths})"
+        )
         return engine
 
     def _install_signals(self, loop: WorkerLoop) -> None:

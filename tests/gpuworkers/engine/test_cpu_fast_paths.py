@@ -275,6 +275,8 @@ def test_bfloat16_engine_answers_the_demo_question_on_both_paths(demo_dir):
         )
         assert bool(engine.runner.model.cpu_fast_paths) == fast
         assert (engine.runner.backend.kernel is not None) == fast
+        expected = ["paged-decode-kernel", "packed-linears", "fused-elementwise"]
+        assert engine.cpu_fast_paths == (expected if fast else [])
         prompt = apply_chat_template(
             engine.tokenizer, [{"role": "user", "content": "What is the capital of France?"}]
         )
