@@ -121,7 +121,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except asyncio.CancelledError:
             raise
         except Exception:
-            logger.exception("Forwarding %s failed", reply.response_id)
+            # Most often the client closed the socket between two frames.
+            # The reply stays listed so that disconnect() still detaches it
+            # (aborting it and settling usage on a clean close).
+            logger.warning("Forwarding %s stopped", reply.response_id, exc_info=True)
+            return
         # Reached after the terminal frame: nothing left to abort on close.
         current = self.following.get(reply.response_id)
         if current is not None and current[1] is asyncio.current_task():

@@ -223,6 +223,41 @@ async def test_clean_close_aborts_at_once(paced_worker, user_factory, settings):
     assert worker.aborted == [started["response_id"]]
 
 
+async def test_clean_close_aborts_even_when_a_send_failed_first(
+    paced_worker, user_factory, settings, monkeypatch
+):
+    """The client closes between two frames: the forwarder's next send fails
+    before disconnect() runs. The reply must still be aborted (a race seen
+    in tests/e2e/reliability/test_console_socket.py)."""
+    from console.consumers import ChatConsumer
+
+    settings.CONSOLE_RESUME_GRACE_SECONDS = 60
+    worker = paced_worker(tokens=500, interval=0.02)
+    user = await sync_to_async(user_factory)()
+    ws = await open_socket(user)
+    await ws.send_json_to(send_frame("long"))
+    started = await ws.receive_json_from(timeout=10)
+    await ws.receive_json_from(timeout=10)
+    original = ChatConsumer.send_json
+    failed = asyncio.Event()
+
+    async def closed_protocol(self, content, close=False):
+        if content.get("type") == "delta":
+            failed.set()
+            raise ConnectionError("Attempt to send on a closed protocol")
+        return await original(self, content, close)
+
+    monkeypatch.setattr(ChatConsumer, "send_json", closed_protocol)
+    await asyncio.wait_for(failed.wait(), 10)
+    await asyncio.sleep(0.1)  # the forwarder has handled its failure
+    await ws.disconnect(code=1000)
+    for _ in range(100):
+        if worker.aborted:
+            break
+        await asyncio.sleep(0.05)
+    assert worker.aborted == [started["response_id"]]
+
+
 async def test_a_second_tab_keeps_the_reply_alive_when_the_first_leaves(
     paced_worker, user_factory, settings
 ):
