@@ -206,21 +206,32 @@ async def test_stop_aborts_on_the_worker(paced_worker, user_factory):
     assert (record.status, record.completion_tokens) == ("cancelled", message.completion_tokens)
 
 
-async def test_clean_close_aborts_at_once(paced_worker, user_factory, settings):
-    """Leaving the page (1001) aborts the in-flight reply without a grace period."""
-    settings.CONSOLE_RESUME_GRACE_SECONDS = 60
+async def start_long_reply(paced_worker, user_factory):
+    """A socket with a long reply under way: (worker, socket, started frame)."""
     worker = paced_worker(tokens=500, interval=0.02)
     user = await sync_to_async(user_factory)()
     ws = await open_socket(user)
     await ws.send_json_to(send_frame("long"))
     started = await ws.receive_json_from(timeout=10)
     await ws.receive_json_from(timeout=10)
-    await ws.disconnect(code=1001)
-    for _ in range(100):
+    return worker, ws, started
+
+
+async def aborted_ids(worker, seconds: float = 5.0) -> list[str]:
+    """The worker's aborted request ids, once there are any (or after ``seconds``)."""
+    for _ in range(int(seconds / 0.05)):
         if worker.aborted:
             break
         await asyncio.sleep(0.05)
-    assert worker.aborted == [started["response_id"]]
+    return worker.aborted
+
+
+async def test_clean_close_aborts_at_once(paced_worker, user_factory, settings):
+    """Leaving the page (1001) aborts the in-flight reply without a grace period."""
+    settings.CONSOLE_RESUME_GRACE_SECONDS = 60
+    worker, ws, started = await start_long_reply(paced_worker, user_factory)
+    await ws.disconnect(code=1001)
+    assert await aborted_ids(worker) == [started["response_id"]]
 
 
 async def test_clean_close_aborts_even_when_a_send_failed_first(
@@ -232,12 +243,7 @@ async def test_clean_close_aborts_even_when_a_send_failed_first(
     from console.consumers import ChatConsumer
 
     settings.CONSOLE_RESUME_GRACE_SECONDS = 60
-    worker = paced_worker(tokens=500, interval=0.02)
-    user = await sync_to_async(user_factory)()
-    ws = await open_socket(user)
-    await ws.send_json_to(send_frame("long"))
-    started = await ws.receive_json_from(timeout=10)
-    await ws.receive_json_from(timeout=10)
+    worker, ws, started = await start_long_reply(paced_worker, user_factory)
     original = ChatConsumer.send_json
     failed = asyncio.Event()
 
@@ -251,11 +257,7 @@ async def test_clean_close_aborts_even_when_a_send_failed_first(
     await asyncio.wait_for(failed.wait(), 10)
     await asyncio.sleep(0.1)  # the forwarder has handled its failure
     await ws.disconnect(code=1000)
-    for _ in range(100):
-        if worker.aborted:
-            break
-        await asyncio.sleep(0.05)
-    assert worker.aborted == [started["response_id"]]
+    assert await aborted_ids(worker) == [started["response_id"]]
 
 
 async def test_a_second_tab_keeps_the_reply_alive_when_the_first_leaves(
