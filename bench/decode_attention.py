@@ -14,8 +14,8 @@ import time
 
 import torch
 
-from gpuworkers.engine.attention.metadata import AttentionMetadata
 from gpuworkers.engine.attention.torch_backend import TorchAttentionBackend
+from gpuworkers.engine.attention.torch_metadata import TorchAttentionMetadata
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,17 +57,17 @@ def main(argv: list[str] | None = None) -> None:
         if use_kernel and backend.kernel is None:
             print("kernel: unavailable (no compiler, or GPUWORKERS_CPU_KERNELS=0)")
             continue
-        meta = AttentionMetadata(
+        meta = TorchAttentionMetadata(
             num_decodes=len(lens),
             slot_mapping=torch.zeros(0, dtype=torch.long),
             decode_block_tables=block_tables,
             decode_kv_lens=kv_lens,
         )
-        backend.plan(meta, dtype)
+        backend.metadata_builder.plan(meta, dtype)
         outputs[name] = backend.forward(q, no_new, no_new, k_cache, v_cache, meta)
         started = time.perf_counter()
         for _ in range(args.calls):
-            backend.plan(meta, dtype)
+            backend.metadata_builder.plan(meta, dtype)
             backend.forward(q, no_new, no_new, k_cache, v_cache, meta)
         seconds = (time.perf_counter() - started) / args.calls
         print(

@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         progress("interrupted: workers stopped, nothing written")
         return 130
     summary = {
-        "driver": "redis bus (inference.bus.RedisBus), no HTTP: measures engine + scheduler",
+        "driver": "redis bus (wire.bus.redis_bus.RedisBus), no HTTP: measures engine + scheduler",
         "model": args.model,
         "dtype": args.dtype,
         "kv_cache_mb": args.kv_cache_mb,

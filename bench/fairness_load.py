@@ -1,6 +1,6 @@
 """The load driver of bench/fairness.py: seeded requests on the Redis bus.
 
-Talks to one worker straight through ``inference.bus`` (no HTTP, no web
+Talks to one worker straight through ``wire.bus`` (no HTTP, no web
 tier): what is measured is the engine's scheduler. TTFT is client-side,
 from just before the request is put on the worker's stream to the first
 delta carrying a token. Every loop here is bounded by a count or a
@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 
-from inference.bus.base import TERMINAL_EVENTS, GenerationRequest
-from inference.bus.redis_bus import WORKERS_KEY, RedisBus
+from wire.bus.redis_bus import WORKERS_KEY, RedisBus
+from wire.events import TERMINAL_EVENTS
+from wire.requests import GenerationRequest
 
 TIER_PRIORITY = {"free": 0, "pro": 1}
 

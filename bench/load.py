@@ -217,7 +217,7 @@ def create_tenant_key(*, max_concurrent: int) -> str:
     """Runs inside ``manage.py shell``: the tier, a fresh tenant and its key."""
     from django.forms.models import model_to_dict
 
-    from inference.services import served_model_register
+    from fleet.services import served_model_register
     from tenants.models import Tier
     from tenants.services import api_key_create, tenant_create, tier_seed_defaults
 

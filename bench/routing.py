@@ -187,8 +187,9 @@ class Driver:
     async def ask(self, messages: list[dict], routing_key: str) -> Result:
         from gpuworkers.engine.sampling_params import SamplingParams
         from gpuworkers.engine.tokenizer import apply_chat_template
-        from inference.bus.base import EventType, GenerationRequest
         from inference.dispatch import dispatch_request, stream_events
+        from wire.events import EventType
+        from wire.requests import GenerationRequest
 
         sampling = SamplingParams(max_tokens=self.args.max_tokens, temperature=0.0)
         request = GenerationRequest(
@@ -319,7 +320,7 @@ def summarize(results: list[Result], seconds: float) -> dict:
 async def run(args, tokenizer) -> dict:
     from django.conf import settings
 
-    from inference.bus.redis_bus import RedisBus
+    from wire.bus.redis_bus import RedisBus
 
     bus = RedisBus(args.redis_url)
     phases: dict[str, dict] = {}

@@ -20,8 +20,8 @@ from billing.selectors.budgets import month_start
 from billing.selectors.invoices import MissingPrice
 from billing.selectors.reports import csv_text, gpu_cost_report
 from billing.services import budgets, gpu, invoices, rollups
-from inference.bus import get_bus
 from tenants.models import Tenant
+from wire.bus import get_bus
 
 logger = logging.getLogger(__name__)
 

@@ -14,21 +14,32 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-from inference.routing import websocket_urlpatterns  # noqa: E402
+from config.startup import require_secret_key  # noqa: E402
+from config.websocket import SameOriginValidator  # noqa: E402
+from console.routing import websocket_urlpatterns  # noqa: E402
+from wire.tracing import tracing_configure  # noqa: E402
+
+# Sessions and CSRF tokens are signed: no key, no web process.
+require_secret_key()
+
+# Spans go where the OTEL_* environment says; off when it says nothing.
+tracing_configure(service_name="llm-platform-web")
 
 if settings.EMBEDDED_ENGINE:
     # Start loading and warming the in-process engine with the server, not
     # on the first request, so the first chat does not wait for it.
-    from gpuworkers.embedded import ensure_started  # noqa: E402
+    from config.embedded import start  # noqa: E402
 
-    ensure_started()
+    start()
 
 application = ProtocolTypeRouter(
     {
         # The console's few CSS/JS files, served without blocking the loop.
         "http": ASGIStaticFilesHandler(django_asgi_app),
+        # A handshake must name an allowed host and come from a page of
+        # the site itself (cross-site WebSocket hijacking).
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
         ),
     }
 )

@@ -1,24 +1,34 @@
 """One env-driven settings module; the environment is read here and only here.
 
+Production-safe by default (``DJANGO_ENV=production``): DEBUG off, a
+required SECRET_KEY, explicit ALLOWED_HOSTS, secure cookies and HSTS (TLS
+is assumed, terminated here or by a proxy), password validators, login
+throttling, and Redis only with ACL credentials. ``DJANGO_ENV=local``
+(``bin/run``, the tests) relaxes what a laptop needs: loopback hosts,
+cookies over plain HTTP, Redis without credentials. DEBUG is never implied:
+``bin/run`` sets ``DJANGO_DEBUG=true`` itself.
+
 Embedded default: with neither DATABASE_URL nor REDIS_URL set the whole
 platform runs in one process on SQLite, an in-process bus, an in-memory
 channel layer and an in-process engine thread.
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import dj_database_url
+import environ
 from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+env = environ.Env()
 
 
 def env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+    return env.bool(name, default=default)
 
 
 def env_int(name: str, default: int) -> int:
@@ -26,12 +36,50 @@ def env_int(name: str, default: int) -> int:
     return default if value in (None, "") else int(value)
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-insecure-secret-key-change-me")
-DEBUG = env_bool("DJANGO_DEBUG", True)
-ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "*").split(",")
-CSRF_TRUSTED_ORIGINS = [
-    o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o
-]
+DJANGO_ENV = env.str("DJANGO_ENV", default="production")
+if DJANGO_ENV not in ("production", "local"):
+    raise ImproperlyConfigured(f"DJANGO_ENV must be production or local, not {DJANGO_ENV!r}")
+LOCAL = DJANGO_ENV == "local"
+
+# No fallback: Django refuses to sign anything with an empty key, and the
+# web and Celery entry points read it at start-up (config.startup), so they
+# refuse to start without one. GPU workers sign nothing and never get it.
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+if "DJANGO_ALLOWED_HOSTS" in os.environ:
+    ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS")
+elif LOCAL:
+    ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
+else:
+    raise ImproperlyConfigured("Set DJANGO_ALLOWED_HOSTS (the hosts this site is served as).")
+if "*" in ALLOWED_HOSTS and not LOCAL:
+    # A wildcard also lets any Origin through the WebSocket origin check.
+    raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must not contain '*' outside local mode.")
+# Full origins (scheme://host[:port]) allowed to POST besides the request's own.
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+# TLS. Outside local mode every cookie is Secure and HSTS is on; behind a
+# TLS-terminating proxy set DJANGO_SECURE_PROXY_SSL_HEADER=true so that
+# X-Forwarded-Proto: https counts as HTTPS (only when the proxy sets it).
+SECURE = not LOCAL
+SESSION_COOKIE_SECURE = env.bool("DJANGO_SESSION_COOKIE_SECURE", default=SECURE)
+CSRF_COOKIE_SECURE = env.bool("DJANGO_CSRF_COOKIE_SECURE", default=SECURE)
+SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=SECURE)
+# Probes and the scrape come over plain HTTP from inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=31_536_000 if SECURE else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=SECURE)
+SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=SECURE)
+if env.bool("DJANGO_SECURE_PROXY_SSL_HEADER", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+# The admin lives at a path of the operator's choosing (DJANGO_ADMIN_URL).
+ADMIN_URL = env.str("DJANGO_ADMIN_URL", default="admin/").strip("/") + "/"
 
 INSTALLED_APPS = [
     "daphne",
@@ -42,16 +90,27 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    # /metrics: HTTP and database metrics (config.middleware, the DB backends below).
+    "django_prometheus",
+    # Login throttling (AXES_* below) and the audit log of control-plane changes.
+    "axes",
+    "auditlog",
     "tenants",
     "billing",
     "inference",
     "gpuworkers",
     "fleet",
     "console",
+    # Last: wires the layers together once every app is ready.
+    "config.apps.PlatformConfig",
 ]
 
 MIDDLEWARE = [
+    # First and last: django-prometheus's HTTP metrics, without thread hops.
+    "config.middleware.PrometheusBeforeMiddleware",
     "inference.middleware.RequestIdMiddleware",
+    # The request's span, with the id the middleware above gave it.
+    "config.middleware.TracingMiddleware",
     "inference.middleware.ApiErrorFallbackMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -60,6 +119,11 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # The signed-in user becomes the actor of the audit entries a request writes.
+    "config.audit.AuditActorMiddleware",
+    # Turns a locked-out login into a 429 page; axes wants it late.
+    "axes.middleware.AxesMiddleware",
+    "config.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -104,19 +168,62 @@ def _postgres_with_pool(config: dict) -> dict:
     return config
 
 
+def _with_query_metrics(config: dict) -> dict:
+    """django-prometheus's wrapper of the same backend: query counts, errors, latency."""
+    engine = config.get("ENGINE", "")
+    for vendor in ("postgresql", "sqlite3"):
+        if engine == f"django.db.backends.{vendor}":
+            config["ENGINE"] = f"django_prometheus.db.backends.{vendor}"
+    return config
+
+
 DATABASES = {
-    "default": _postgres_with_pool(dj_database_url.parse(DATABASE_URL, conn_max_age=0))
-    if DATABASE_URL
-    else {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": os.environ.get("SQLITE_PATH", str(BASE_DIR / "db.sqlite3")),
-        # The engine thread and web requests write usage rows concurrently.
-        "OPTIONS": {"timeout": 20},
-    }
+    "default": _with_query_metrics(
+        _postgres_with_pool(dj_database_url.parse(DATABASE_URL, conn_max_age=0))
+        if DATABASE_URL
+        else {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.environ.get("SQLITE_PATH", str(BASE_DIR / "db.sqlite3")),
+            # The engine thread and web requests write usage rows concurrently.
+            "OPTIONS": {"timeout": 20},
+        }
+    )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-AUTH_PASSWORD_VALIDATORS = []
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": 10},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+# axes first: a locked-out username/address pair is refused before its
+# password is even checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Login throttling: AXES_FAILURE_LIMIT failures of one username from one
+# address lock that pair for AXES_COOLOFF_MINUTES (a 429). Keyed on the pair,
+# so nobody can lock a user out from elsewhere, and unknown usernames lock
+# like real ones (no enumeration). Behind a proxy, Daphne's --proxy-headers
+# makes REMOTE_ADDR the client's.
+AXES_ENABLED = env.bool("AXES_ENABLED", default=True)
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("AXES_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "console/locked_out.html"
+# Lockouts are still logged (warning); every login attempt is not.
+AXES_VERBOSE = False
+# Audit log (django-auditlog): who changed keys, members, roles, tiers,
+# prices, budgets and deployments; models are registered in each app's
+# ready(), the actor set by config.audit's middleware.
+# Invitations to join a tenant: single use, emailed, valid this long.
+INVITATION_TTL = timedelta(hours=env.int("INVITATION_TTL_HOURS", default=72))
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -134,14 +241,38 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 # The chat API accepts long prompts; the per-tier context cap is the real bound.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 2 * 1024 * 1024)
 
+
+def redis_url_with_credentials(url: str | None, username: str, password: str) -> str | None:
+    """``url`` with this process's Redis ACL user, unless it names one already."""
+    if not url or not password:
+        return url
+    parts = urlsplit(url)
+    if parts.password:
+        return url
+    userinfo = f"{quote(username, safe='')}:{quote(password, safe='')}"
+    return urlunsplit(parts._replace(netloc=f"{userinfo}@{parts.netloc.rpartition('@')[2]}"))
+
+
 # Redis: rate limits, request bus, response streams, heartbeats, channel
 # layer and Celery broker. Unset means the embedded in-process backends.
-REDIS_URL = os.environ.get("REDIS_URL") or None
+# REDIS_USERNAME / REDIS_PASSWORD: this process's ACL user (docker/redis/:
+# "web" for Daphne and Celery, "worker" for gpuworkers), merged into every
+# Redis URL below; required outside local mode.
+REDIS_USERNAME = env.str("REDIS_USERNAME", default="")
+REDIS_URL = redis_url_with_credentials(
+    env.str("REDIS_URL", default="") or None, REDIS_USERNAME, env.str("REDIS_PASSWORD", default="")
+)
+if REDIS_URL and not LOCAL and not urlsplit(REDIS_URL).password:
+    raise ImproperlyConfigured(
+        "Redis needs ACL credentials outside local mode: set REDIS_USERNAME and REDIS_PASSWORD "
+        "(docker/redis/README.md), or DJANGO_ENV=local on a development machine."
+    )
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # Keys asgi*: the prefix the web's ACL user is allowed.
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": "asgi"},
         }
     }
 else:
@@ -149,7 +280,12 @@ else:
 # Shared cache: the relay keeps each response's route (owner, worker) here so
 # any web process can serve a stream resume. Embedded mode: per process.
 CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        # Keys cache:*: the prefix the web's ACL user is allowed.
+        "KEY_PREFIX": "cache",
+    }
     if REDIS_URL
     else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 }
@@ -157,12 +293,22 @@ CACHES = {
 # Celery (config/celery_app.py): Redis by default; the in-memory broker of
 # embedded mode only serves a worker in the same process (bin/run has none,
 # so there the beat's jobs do not run; their services still work when called).
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "memory://"
+CELERY_BROKER_URL = (
+    redis_url_with_credentials(
+        os.environ.get("CELERY_BROKER_URL"), REDIS_USERNAME, env.str("REDIS_PASSWORD", default="")
+    )
+    or REDIS_URL
+    or "memory://"
+)
 CELERY_RESULT_BACKEND = (
     os.environ.get("CELERY_RESULT_BACKEND") or CELERY_BROKER_URL
     if REDIS_URL or os.environ.get("CELERY_BROKER_URL")
     else "cache+memory://"
 )
+# Every broker and result key under celery:, the prefix the web's ACL user is
+# allowed (kombu otherwise uses bare queue names, _kombu.*, unacked...).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": "celery:"}
+CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"global_keyprefix": "celery:"}
 # Tasks are idempotent, so a task whose worker died is redelivered, not lost.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -205,6 +351,8 @@ CELERY_BEAT_SCHEDULE = {
     "fleet-snapshot-publish": {"task": "fleet.tasks.snapshot_publish", "schedule": 30.0},
     "fleet-usage-outbox-drain": {"task": "fleet.tasks.usage_outbox_drain", "schedule": 15.0},
     "fleet-standby-retire": {"task": "fleet.tasks.standby_retire", "schedule": 60.0},
+    # Shadow comparisons hold customer completions: kept SHADOW_RETENTION_DAYS.
+    "fleet-shadow-purge": {"task": "fleet.tasks.shadow_purge", "schedule": crontab(minute=15)},
 }
 
 # Billing: one currency; soft budget alerts go out by email.
@@ -216,6 +364,8 @@ EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "billing@localhost")
+# The file backend's directory (django.core.mail.backends.filebased).
+EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH", str(BASE_DIR / ".cache" / "mail"))
 # A GPU worker's price per hour (gpuworker --hourly-price overrides it).
 WORKER_HOURLY_PRICE = os.environ.get("WORKER_HOURLY_PRICE", "0")
 
@@ -229,6 +379,8 @@ RATE_LIMIT_SLOT_TTL = env_int("RATE_LIMIT_SLOT_TTL", 900)
 # Directory of the demo model, converted from GGUF on first use.
 LLM_MODEL_CACHE = os.environ.get("LLM_MODEL_CACHE") or None
 DEMO_MODEL_NAME = os.environ.get("DEMO_MODEL_NAME", "smollm2-135m-instruct")
+# Where seed_demo (local mode) keeps the demo API key for the README's curl.
+DEMO_API_KEY_FILE = os.environ.get("DEMO_API_KEY_FILE", str(BASE_DIR / ".cache" / "demo-api-key"))
 # Run an engine thread inside the web process (embedded mode). Defaults to on
 # when there is no Redis, since nothing else could serve requests then.
 EMBEDDED_ENGINE = env_bool("EMBEDDED_ENGINE", REDIS_URL is None)
@@ -261,6 +413,9 @@ FLEET_ROUTING_POLICY = os.environ.get("FLEET_ROUTING_POLICY", "cache_aware")
 FLEET_SIGNAL_TOKEN = os.environ.get("FLEET_SIGNAL_TOKEN", "")
 FLEET_AUTH_CACHE_SECONDS = env_int("FLEET_AUTH_CACHE_SECONDS", 300)
 FLEET_USAGE_OUTBOX_KEY = os.environ.get("FLEET_USAGE_OUTBOX_KEY", "fleet:usage-outbox")
+# Shadow comparisons (opt-in per tenant, Tenant.shadow_opt_in) store both
+# versions' completions; the beat deletes them after this many days.
+SHADOW_RETENTION_DAYS = env_int("SHADOW_RETENTION_DAYS", 7)
 # Console chat: how long a reply whose socket dropped abnormally (not a clean
 # close) keeps generating, waiting for the browser to reconnect and resume it.
 CONSOLE_RESUME_GRACE_SECONDS = env_int("CONSOLE_RESUME_GRACE_SECONDS", 10)
@@ -269,10 +424,22 @@ CONSOLE_RESUME_GRACE_SECONDS = env_int("CONSOLE_RESUME_GRACE_SECONDS", 10)
 # output cap by default (4096 tokens would not even fit a small worker).
 CONSOLE_MAX_OUTPUT_TOKENS = env_int("CONSOLE_MAX_OUTPUT_TOKENS", 1024)
 
+# Observability (docs/architecture.md, "Observability"). A gpuworker's port
+# for /metrics, /healthz and /readyz (gpuworker --metrics-port; 0: none, as
+# for the embedded worker, whose metrics are in the web's /metrics).
+WORKER_METRICS_PORT = env_int("WORKER_METRICS_PORT", 0)
+WORKER_METRICS_HOST = os.environ.get("WORKER_METRICS_HOST", "0.0.0.0")
+# A Celery worker's /metrics port (config.celery_metrics; 0: none). With the
+# prefork pool also set PROMETHEUS_MULTIPROC_DIR, as docker/compose.yaml does.
+CELERY_METRICS_PORT = env_int("CELERY_METRICS_PORT", 0)
+# Log lines as JSON (the multi-process topology's default) or for a terminal
+# (embedded mode's, bin/run). Traces: the standard OTEL_* variables (wire.tracing).
+LOG_FORMAT = os.environ.get("LOG_FORMAT") or ("json" if REDIS_URL else "console")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"structured": {"()": "wire.logs.formatter", "fmt": LOG_FORMAT}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }

@@ -1,13 +1,20 @@
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from config import views
 from config.api import api
 from inference.views import home
 
 urlpatterns = [
     path("", home, name="home"),
-    path("admin/", admin.site.urls),
+    # Operators: Prometheus metrics (django-prometheus's view), liveness, readiness.
+    path("", include("django_prometheus.urls")),
+    path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
+    # DJANGO_ADMIN_URL: a path of the operator's choosing, not the well-known one.
+    path(settings.ADMIN_URL, admin.site.urls),
     path("v1/", api.urls),
     path("fleet/", include("fleet.urls")),
     path("billing/", include("billing.urls")),

@@ -9,18 +9,56 @@ from tenants.models import Membership
 
 
 class ApiKeyCreateForm(forms.Form):
+    """A tenant admin's new key: for a member or tenant-wide, with an expiry
+    and an optional allow-list of the tier's models."""
+
+    EXPIRIES = [
+        ("", "Never"),
+        ("7", "7 days"),
+        ("30", "30 days"),
+        ("90", "90 days"),
+        ("365", "1 year"),
+    ]
+
     name = forms.CharField(max_length=128, help_text="What the key is for, e.g. 'staging'.")
-
-
-class MemberAddForm(forms.Form):
-    identifier = forms.CharField(label="Username or email", max_length=150)
-    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER)
-    email = forms.EmailField(required=False, help_text="New accounts only.")
-    password = forms.CharField(
-        required=False,
-        widget=forms.PasswordInput,
-        help_text="New accounts only: the person's first password.",
+    owner = forms.ModelChoiceField(
+        queryset=None, required=False, empty_label="Tenant-wide (admins only)", label="For"
     )
+    expires_in_days = forms.TypedChoiceField(
+        choices=EXPIRIES, coerce=int, empty_value=None, required=False, label="Expires"
+    )
+    allowed_models = forms.MultipleChoiceField(
+        choices=[],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Models",
+        help_text="None ticked: every model of the tier.",
+    )
+
+    def __init__(self, *args, members, model_names: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["owner"].queryset = members
+        self.fields["owner"].label_from_instance = lambda user: user.get_username()
+        self.fields["allowed_models"].choices = [(name, name) for name in model_names]
+
+
+class InviteForm(forms.Form):
+    email = forms.EmailField(label="Email")
+    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER)
+
+
+class InvitationAcceptForm(forms.Form):
+    """The invitee's new account; password rules are the service's (validators)."""
+
+    username = forms.CharField(max_length=150)
+    password1 = forms.CharField(label="Password", widget=forms.PasswordInput, strip=False)
+    password2 = forms.CharField(label="Password again", widget=forms.PasswordInput, strip=False)
+
+    def clean(self):
+        data = super().clean()
+        if data.get("password1") != data.get("password2"):
+            self.add_error("password2", "The two passwords differ.")
+        return data
 
 
 class MemberRoleForm(forms.Form):

@@ -11,8 +11,8 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from inference.bus.base import TERMINAL_EVENTS, EventType
 from inference.errors import APIError, InsufficientQuota
+from wire.events import TERMINAL_EVENTS, EventType
 
 # A message is one turn typed by a person; the tier's context cap bounds
 # what the model sees, this bounds what one frame may carry.

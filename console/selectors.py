@@ -13,6 +13,8 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from auditlog.models import LogEntry
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -20,9 +22,9 @@ from django.utils import timezone
 from billing.models import UsageRecord
 from console.capacity import ModelShape, shape_from_config
 from console.models import Conversation, Message
-from inference.bus import get_bus
-from inference.bus.base import WorkerInfo
 from tenants.models import Membership, Tenant
+from wire.bus import get_bus
+from wire.workers import WorkerInfo
 
 # The fleet page's latency window.
 TTFT_WINDOW = timedelta(minutes=15)
@@ -85,6 +87,24 @@ def member_list(*, tenant: Tenant) -> QuerySet[Membership]:
     return (
         Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
     )
+
+
+def member_users(*, tenant: Tenant) -> QuerySet:
+    """The tenant's members as users (a key's possible owners)."""
+    return get_user_model().objects.filter(membership__tenant=tenant).order_by("username")
+
+
+def audit_entries(*, tenant: Tenant | None, limit: int = 200) -> QuerySet[LogEntry]:
+    """The newest audit entries: every one (staff, ``tenant=None``) or the tenant's.
+
+    A tenant's entries are those its rows wrote (``get_additional_data`` on
+    the tenants and billing models); platform-wide rows (tiers, prices,
+    deployments) are staff's alone.
+    """
+    entries = LogEntry.objects.select_related("actor", "content_type").order_by("-timestamp")
+    if tenant is not None:
+        entries = entries.filter(additional_data__tenant_id=tenant.pk)
+    return entries[:limit]
 
 
 async def worker_list() -> list[WorkerInfo]:

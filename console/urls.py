@@ -1,6 +1,6 @@
 from django.urls import path
 
-from console import views
+from console import team_views, views
 
 app_name = "console"
 
@@ -20,6 +20,14 @@ urlpatterns = [
     path("team/members/<int:membership_id>/role/", views.member_role, name="member_role"),
     path("team/members/<int:membership_id>/remove/", views.member_remove, name="member_remove"),
     path("team/keys/<int:api_key_id>/limits/", views.key_limits, name="key_limits"),
+    path(
+        "team/invitations/<int:invitation_id>/revoke/",
+        team_views.invitation_revoke_view,
+        name="invitation_revoke",
+    ),
+    path("invitations/<str:token>/", team_views.invitation_accept_view, name="invitation_accept"),
+    path("audit/", team_views.audit, name="audit"),
+    path("team/shadow/", team_views.shadow_consent, name="shadow_consent"),
     path("fleet/", views.fleet, name="fleet"),
     path("fleet/capacity/", views.capacity_view, name="capacity"),
 ]

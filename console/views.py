@@ -7,10 +7,12 @@ import csv
 from datetime import timedelta
 
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.contrib import messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
@@ -22,15 +24,15 @@ from console.charts import usage_chart
 from console.forms import (
     ApiKeyCreateForm,
     CapacityForm,
+    InviteForm,
     KeyLimitsForm,
-    MemberAddForm,
     MemberRoleForm,
     UsageFilterForm,
 )
 from console.presets import capacity_presets
-from inference.selectors import served_model_list
+from fleet.selectors import served_model_list
 from tenants.models import ApiKey, Membership
-from tenants.selectors import api_key_list
+from tenants.selectors import api_key_list, invitation_list_pending
 from tenants.services import api_key_create, api_key_revoke
 
 
@@ -67,31 +69,56 @@ def conversation_delete(request, conversation_id: int):
     return redirect("console:chat")
 
 
+def _key_form(request, data=None) -> ApiKeyCreateForm:
+    tenant = request.tenant
+    return ApiKeyCreateForm(
+        data,
+        members=selectors.member_users(tenant=tenant),
+        model_names=[m.name for m in served_model_list(tier=tenant.tier)],
+    )
+
+
 @tenant_member
 def api_keys(request):
-    form = ApiKeyCreateForm(request.POST or None)
+    """Admins create and see every key of the tenant; members see their own."""
+    is_admin = request.membership.role == Membership.Role.ADMIN
+    if request.method == "POST" and not is_admin:
+        raise PermissionDenied("Only the tenant's admins create keys.")
+    form = _key_form(request, request.POST or None) if is_admin else None
     created = None
-    if request.method == "POST" and form.is_valid():
+    if form is not None and request.method == "POST" and form.is_valid():
         try:
             api_key, raw_key = api_key_create(
-                tenant=request.tenant, name=form.cleaned_data["name"], created_by=request.user
+                tenant=request.tenant, created_by=request.user, **_key_options(form.cleaned_data)
             )
         except ValidationError as exc:
-            form.add_error(None, exc)
+            form_errors(form, exc)
         else:
             # Rendered, not redirected: the raw key exists only in this response.
             created = {"api_key": api_key, "raw_key": raw_key}
-            form = ApiKeyCreateForm()
+            form = _key_form(request)
+    keys = api_key_list(tenant=request.tenant, owner=None if is_admin else request.user)
     context = {
         "form": form,
         "created": created,
-        "keys": api_key_list(tenant=request.tenant).select_related("created_by"),
+        "keys": keys.select_related("created_by", "owner"),
         "api_access": request.tenant.tier.api_access,
+        "is_admin": is_admin,
     }
     return render(request, "console/api_keys.html", context)
 
 
-@tenant_member
+def _key_options(data: dict) -> dict:
+    days = data["expires_in_days"]
+    return {
+        "name": data["name"],
+        "owner": data["owner"],
+        "expires_at": timezone.now() + timedelta(days=days) if days else None,
+        "allowed_models": data["allowed_models"],
+    }
+
+
+@tenant_admin
 @require_POST
 def api_key_revoke_view(request, api_key_id: int):
     api_key = get_object_or_404(ApiKey, pk=api_key_id, tenant=request.tenant)
@@ -161,18 +188,29 @@ def usage_csv(request):
 @tenant_admin
 def team(request):
     tenant = request.tenant
-    add_form = MemberAddForm(request.POST or None)
-    if request.method == "POST" and add_form.is_valid():
+    invite_form = InviteForm(request.POST or None)
+    if request.method == "POST" and invite_form.is_valid():
         try:
-            membership = services.member_add(tenant=tenant, **add_form.cleaned_data)
+            services.member_invite(
+                tenant=tenant,
+                invited_by=request.user,
+                link_for=lambda token: request.build_absolute_uri(
+                    reverse("console:invitation_accept", args=[token])
+                ),
+                **invite_form.cleaned_data,
+            )
         except ValidationError as exc:
-            _form_errors(add_form, exc)
+            form_errors(invite_form, exc)
         else:
-            messages.success(request, f"Added {membership.user.get_username()}.")
+            # The same words whoever the address belongs to: no enumeration.
+            messages.success(request, f"Invitation sent to {invite_form.cleaned_data['email']}.")
             return redirect("console:team")
     context = {
         "members": selectors.member_list(tenant=tenant),
-        "add_form": add_form,
+        "invite_form": invite_form,
+        "invitations": invitation_list_pending(tenant=tenant),
+        "invitation_ttl_hours": int(settings.INVITATION_TTL.total_seconds() // 3600),
+        "shadow_retention_days": settings.SHADOW_RETENTION_DAYS,
         "roles": Membership.Role.choices,
         "keys": api_key_list(tenant=tenant, include_revoked=False).select_related("tenant__tier"),
         "tier": tenant.tier,
@@ -180,12 +218,14 @@ def team(request):
     return render(request, "console/team.html", context)
 
 
-def _form_errors(form, exc: ValidationError) -> None:
+def form_errors(form, exc: ValidationError, aliases: dict[str, str] | None = None) -> None:
+    aliases = aliases or {}
     if hasattr(exc, "error_dict"):
         for field, errors in exc.message_dict.items():
+            field = aliases.get(field, field)
             form.add_error(field if field in form.fields else None, errors)
     else:
-        form.add_error(None, exc)
+        form.add_error(aliases.get("__all__"), exc.messages)
 
 
 @tenant_admin
@@ -235,7 +275,7 @@ def key_limits(request, api_key_id: int):
                 tenant=request.tenant, api_key_id=api_key.pk, **form.cleaned_data
             )
         except ValidationError as exc:
-            _form_errors(form, exc)
+            form_errors(form, exc)
         else:
             messages.success(request, f"Limits of {api_key.prefix}… saved.")
             return redirect("console:team")

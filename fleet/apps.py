@@ -5,3 +5,13 @@ class FleetConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "fleet"
     verbose_name = "Fleet: deployments, routing and rollouts"
+
+    def ready(self) -> None:
+        from auditlog.registry import auditlog
+
+        from fleet.models import Deployment, Rollout
+
+        # Audit log: deployment changes (state, traffic weights) and rollouts.
+        # A rollout's per-step guardrail results are its own record, not audit.
+        auditlog.register(Deployment)
+        auditlog.register(Rollout, exclude_fields=["results", "step_started_at"])

@@ -18,8 +18,8 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fleet.snapshot import RoutingThresholds, Snapshot
-from inference.bus.base import WorkerInfo, WorkerState
+from wire.snapshot import RoutingThresholds, Snapshot
+from wire.workers import WorkerInfo, WorkerState
 
 # Load samples kept per model for the trend (seconds).
 TREND_WINDOW = 300.0

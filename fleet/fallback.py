@@ -6,8 +6,10 @@ Three pieces, each used only when a database call has just failed:
   ``FLEET_AUTH_CACHE_SECONDS`` (prefix -> SHA-256 of the whole key, the
   tenant and key ids, the cache salt, the tier name, the key's limits); with
   the database down, a key is accepted if its hash matches that entry, and
-  its tier's limits come from the control snapshot. A key the database says
-  is unknown or revoked loses its entry at once.
+  its tier's limits come from the control snapshot. A key the database
+  refuses loses its entry at once, but only when the refused key is the
+  cached one (same hash): a wrong secret for a known prefix must never
+  tombstone the real key (anyone can see a prefix).
 - Usage records that cannot be written go to a Redis Stream (the outbox);
   ``usage_outbox_drain`` writes them to UsageRecord once the database is
   back, idempotently on ``response_id``.
@@ -22,6 +24,7 @@ import hmac
 import json
 import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -79,6 +82,8 @@ def auth_cache_remember(*, api_key: ApiKey) -> None:
         "tpm_limit": api_key.tpm_limit,
         "tenant_id": api_key.tenant_id,
         "tenant_name": api_key.tenant.name,
+        "expires_at": api_key.expires_at.timestamp() if api_key.expires_at else None,
+        "allowed_models": list(api_key.allowed_models or []),
         "cache_salt": api_key.tenant.cache_salt,
         "tier": api_key.tenant.tier.name,
     }
@@ -91,20 +96,33 @@ def auth_cache_remember(*, api_key: ApiKey) -> None:
 
 
 def auth_cache_forget(*, raw_key: str) -> None:
-    """The database refused this key: remember the refusal (a tombstone).
+    """The database refused this key: tombstone its entry, if it is the cached key.
 
-    So that, with the database down later, the key keeps its 401 instead of
-    becoming merely unverifiable.
+    So that a revoked (or expired) key keeps its 401 with the database down
+    later, instead of being served from the cache. A refused key whose hash
+    differs from the cached entry's is a wrong secret for someone else's
+    prefix: the entry stays, or a stranger could lock the real key out
+    during an outage (auth-cache poisoning).
     """
     client = _redis()
     prefix = raw_key.strip().partition(".")[0]
-    if client is not None and prefix:
-        with contextlib.suppress(redis.RedisError):
-            client.set(
-                _AUTH_PREFIX + prefix,
-                json.dumps({"refused": True}),
-                ex=settings.FLEET_AUTH_CACHE_SECONDS,
-            )
+    if client is None or not prefix:
+        return
+    refused_hash = hash_api_key(raw_key.strip())
+    with contextlib.suppress(redis.RedisError, ValueError):
+        raw = client.get(_AUTH_PREFIX + prefix)
+        if raw is None:
+            return
+        entry = json.loads(raw)
+        if entry.get("refused") or not hmac.compare_digest(
+            entry.get("secret_hash", ""), refused_hash
+        ):
+            return
+        client.set(
+            _AUTH_PREFIX + prefix,
+            json.dumps({"refused": True, "secret_hash": refused_hash}),
+            ex=settings.FLEET_AUTH_CACHE_SECONDS,
+        )
 
 
 class KeyUnverifiable(RuntimeError):
@@ -143,6 +161,9 @@ def auth_cache_authenticate(*, raw_key: str) -> ApiKey | None:
         return None
     if not hmac.compare_digest(hash_api_key(raw_key.strip()), entry["secret_hash"]):
         return None
+    expires_at = entry.get("expires_at")
+    if expires_at is not None and expires_at <= time.time():
+        return None
     tier_settings = snapshot.tiers.get(entry["tier"])
     if tier_settings is None:
         raise KeyUnverifiable(prefix)
@@ -158,6 +179,8 @@ def auth_cache_authenticate(*, raw_key: str) -> ApiKey | None:
         tenant=tenant,
         rpm_limit=entry["rpm_limit"],
         tpm_limit=entry["tpm_limit"],
+        expires_at=datetime.fromtimestamp(expires_at, UTC) if expires_at is not None else None,
+        allowed_models=entry.get("allowed_models") or [],
     )
 
 

@@ -1,13 +1,46 @@
-"""The control plane's rows: deployments, routing thresholds, rollouts, shadow pairs.
+"""The control plane's rows: the model catalog, deployments, routing
+thresholds, rollouts, shadow pairs.
 
 None of these is read on the request path: ``fleet.snapshot`` publishes
-them (with the tiers and the model catalog) to Redis as one versioned
-document, and the web processes and workers route from that.
+them (with the tiers) to Redis as one versioned document, and the web
+processes and workers route from that.
 """
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+
+
+class ServedModel(models.Model):
+    """A model the platform serves under ``name`` (the OpenAI ``model`` field).
+
+    ``path`` is a Hugging Face directory on the web and worker hosts; blank
+    means the demo model directory, resolved at run time so the catalog row
+    does not pin a host-specific cache path.
+    """
+
+    name = models.CharField(max_length=128, unique=True)
+    path = models.CharField(max_length=512, blank=True)
+    context_length = models.PositiveIntegerField(
+        help_text="Longest prompt + completion the model itself supports."
+    )
+    tiers = models.ManyToManyField(
+        "tenants.Tier",
+        related_name="served_models",
+        blank=True,
+        help_text="Tiers whose keys may call this model; others get 404 model_not_found.",
+    )
+    is_active = models.BooleanField(default=True)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        # The catalog began in the inference app; its table kept the name.
+        db_table = "inference_servedmodel"
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class Deployment(models.Model):
@@ -147,6 +180,10 @@ class ShadowComparison(models.Model):
     """One request run on both versions; only the stable output was shown."""
 
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="shadows")
+    # Whose request it was (the tenant opted in); their data, deleted with them.
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, null=True, related_name="+"
+    )
     response_id = models.CharField(max_length=64, unique=True)
     shadow_response_id = models.CharField(max_length=64)
     prompt_tokens = models.PositiveIntegerField()
@@ -159,7 +196,8 @@ class ShadowComparison(models.Model):
     stable_status = models.CharField(max_length=16)
     canary_status = models.CharField(max_length=16)
     identical = models.BooleanField()
-    created_at = models.DateTimeField(auto_now_add=True)
+    # Indexed: the retention purge deletes by age (SHADOW_RETENTION_DAYS).
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from fleet.ring import HashRing, ring_hash
-from fleet.snapshot import RoutingThresholds, Snapshot
-from inference.bus.base import WorkerInfo, WorkerState
+from wire.snapshot import RoutingThresholds, Snapshot
+from wire.workers import WorkerInfo, WorkerState
 
 # (kv nearly full, queued requests, queued tokens): smaller is less loaded.
 LoadKey = Callable[[WorkerInfo], tuple[bool, float, float]]

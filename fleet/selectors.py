@@ -1,21 +1,56 @@
-"""Reads for the fleet: version metrics for guardrails, the fleet view, catalog lookups."""
+"""Reads for the fleet: the served-model catalog, version metrics for guardrails,
+the fleet view."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from django.db import DatabaseError
+from django.db.models import QuerySet
 
 from billing.models import UsageRecord
 from fleet.fallback import db_mark_down, db_marked_down
-from fleet.models import Deployment, Rollout, RoutingSettings
+from fleet.models import Deployment, Rollout, RoutingSettings, ServedModel
 from fleet.snapshot import snapshot_current
-from inference.bus.base import WorkerInfo
-from inference.models import ServedModel
 from tenants.models import Tier
+from wire.workers import WorkerInfo
+
+
+def served_model_list(*, tier: Tier) -> QuerySet[ServedModel]:
+    """Active models that keys on ``tier`` may call, by name."""
+    return ServedModel.objects.filter(is_active=True, tiers=tier).order_by("name")
+
+
+def served_model_list_active() -> QuerySet[ServedModel]:
+    """Every active model with its tiers (the landing page, the snapshot)."""
+    return ServedModel.objects.filter(is_active=True).prefetch_related("tiers").order_by("name")
+
+
+def served_model_get(*, name: str, tier: Tier) -> ServedModel | None:
+    """The active model called ``name`` if ``tier`` may use it, else None.
+
+    Unknown, inactive and tier-restricted models are all None: callers
+    answer the same 404 so a key cannot probe other tiers' catalogs.
+    """
+    return served_model_list(tier=tier).filter(name=name).first()
+
+
+def served_model_dir(*, model: ServedModel) -> Path:
+    """The model's Hugging Face directory (tokenizer, config, weights).
+
+    A blank path is the demo model: it is converted from its GGUF file on
+    first use, so a fresh checkout needs no manual step.
+    """
+    if model.path:
+        return Path(model.path)
+    from gpuworkers.engine.convert_gguf import ensure_demo_model
+
+    # Returns at once when the converted directory is complete.
+    return ensure_demo_model()
 
 
 @dataclass(slots=True, frozen=True)
@@ -83,8 +118,6 @@ def catalog_model_get(*, name: str, tier: Tier) -> ServedModel | None:
         return ServedModel(name=entry.name, path=entry.path, context_length=entry.context_length)
     if db_marked_down():
         return None
-    from inference.selectors import served_model_get
-
     try:
         return served_model_get(name=name, tier=tier)
     except DatabaseError:

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from fleet.guardrails import Verdict, guardrails_check
-from fleet.models import Deployment, Rollout, ShadowComparison
-from fleet.selectors import routing_settings_get, version_metrics
+from fleet.models import Deployment, Rollout, ServedModel, ShadowComparison
+from fleet.selectors import routing_settings_get, served_model_list_active, version_metrics
 from fleet.snapshot import snapshot_next_version, snapshot_store
-from inference.models import ServedModel
 from tenants.models import Tier
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def snapshot_build(*, version: int) -> dict[str, Any]:
             "context_length": m.context_length,
             "tiers": sorted(t.name for t in m.tiers.all()),
         }
-        for m in ServedModel.objects.filter(is_active=True).prefetch_related("tiers")
+        for m in served_model_list_active()
     }
     deployments = [
         {
@@ -289,12 +290,18 @@ def standby_retire() -> list[str]:
     for rollout in Rollout.objects.filter(
         state=Rollout.State.COMPLETED, grace_until__lt=timezone.now()
     ):
-        count = Deployment.objects.filter(
+        standby = Deployment.objects.filter(
             model_name=rollout.model_name,
             version=rollout.stable_version,
             state=Deployment.State.WARM_STANDBY,
             traffic_weight=0,
-        ).update(state=Deployment.State.RETIRED)
+        )
+        count = 0
+        # One save per row, not a bulk UPDATE: the audit log records saves.
+        for deployment in standby:
+            deployment.state = Deployment.State.RETIRED
+            deployment.save(update_fields=["state", "updated_at"])
+            count += 1
         if count:
             retired.append(f"{rollout.model_name}@{rollout.stable_version}")
     if retired:
@@ -305,6 +312,7 @@ def standby_retire() -> list[str]:
 def shadow_comparison_record(
     *,
     rollout_id: int,
+    tenant_id: int | None = None,
     response_id: str,
     shadow_response_id: str,
     prompt_tokens: int,
@@ -316,6 +324,7 @@ def shadow_comparison_record(
     """Store one shadow pair: (terminal type, text, completion tokens) per side."""
     comparison = ShadowComparison(
         rollout_id=rollout_id,
+        tenant_id=tenant_id,
         response_id=response_id,
         shadow_response_id=shadow_response_id,
         prompt_tokens=prompt_tokens,
@@ -331,3 +340,33 @@ def shadow_comparison_record(
     )
     comparison.save()
     return comparison
+
+
+def shadow_comparison_purge(*, now: datetime | None = None) -> int:
+    """Delete comparisons past SHADOW_RETENTION_DAYS, and those of tenants
+    that have withdrawn their opt-in; returns how many went."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.SHADOW_RETENTION_DAYS)
+    stale = Q(created_at__lt=cutoff) | Q(tenant__shadow_opt_in=False)
+    deleted, _ = ShadowComparison.objects.filter(stale).delete()
+    return deleted
+
+
+@transaction.atomic
+def served_model_register(
+    *,
+    name: str,
+    context_length: int,
+    path: str = "",
+    tiers: list[Tier] | None = None,
+    description: str = "",
+) -> ServedModel:
+    """Create or update the catalog row ``name``, open to ``tiers`` (all when None)."""
+    model = ServedModel.objects.filter(name=name).first() or ServedModel(name=name)
+    model.path = path
+    model.context_length = context_length
+    model.description = description
+    model.is_active = True
+    model.full_clean()
+    model.save()
+    model.tiers.set(Tier.objects.all() if tiers is None else tiers)
+    return model

@@ -4,7 +4,9 @@ The copy is an ordinary ``GenerationRequest`` with its own response id on
 a canary replica; nobody relays its events and no usage is recorded for
 it. When both streams have ended, their texts and token counts are stored
 as a ``ShadowComparison`` for offline review: quality regressions do not
-show up in latency or error metrics.
+show up in latency or error metrics. Only tenants that opted in
+(``Tenant.shadow_opt_in``) are shadowed, and comparisons are deleted after
+``SHADOW_RETENTION_DAYS`` (``shadow_comparison_purge``, on the beat).
 """
 
 from __future__ import annotations
@@ -20,15 +22,11 @@ from asgiref.sync import sync_to_async
 
 from fleet.ring import HashRing
 from fleet.router import servable
-from fleet.snapshot import RolloutSpec
-from inference.bus.base import (
-    TERMINAL_EVENTS,
-    Bus,
-    BusUnavailable,
-    EventType,
-    GenerationRequest,
-    WorkerInfo,
-)
+from wire.bus import Bus, BusUnavailable
+from wire.events import TERMINAL_EVENTS, EventType
+from wire.requests import GenerationRequest
+from wire.snapshot import RolloutSpec
+from wire.workers import WorkerInfo
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +116,7 @@ async def _compare(
 
     fields: dict[str, Any] = {
         "rollout_id": rollout.id,
+        "tenant_id": request.tenant_id,
         "response_id": request.response_id,
         "shadow_response_id": shadow.response_id,
         "prompt_tokens": len(request.prompt_token_ids),

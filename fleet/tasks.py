@@ -36,6 +36,11 @@ def usage_outbox_drain() -> int:
     return _usage_outbox_drain()
 
 
+@shared_task(name="fleet.tasks.shadow_purge")
+def shadow_purge() -> int:
+    return services.shadow_comparison_purge()
+
+
 @shared_task(name="fleet.tasks.standby_retire")
 def standby_retire() -> list[str]:
     return services.standby_retire()

@@ -14,8 +14,7 @@ from django.http import HttpRequest, JsonResponse
 from fleet.autoscale import fleet_signal
 from fleet.selectors import fleet_view
 from fleet.snapshot import asnapshot_current, snapshot_reader_status
-from inference.bus import get_bus
-from inference.bus.base import BusUnavailable
+from wire.bus import BusUnavailable, get_bus
 
 
 async def _allowed(request: HttpRequest) -> bool:

@@ -1,10 +1,10 @@
 """The embedded worker: one engine thread inside the web process.
 
-With settings.EMBEDDED_ENGINE (the default without Redis) the first request
-starts a ``WorkerLoop`` in a daemon thread on the same bus the web tier
-uses, loading the demo model; later requests find it running. Start-up is
-once per process and thread-safe; a failed start is remembered, so requests
-get a clear 503 instead of reloading the model each time.
+In embedded mode (no Redis) the process's set-up (``config.embedded``)
+starts a ``WorkerLoop`` in a daemon thread on the in-process bus that the
+web tier uses too; later callers find it running. Start-up is once per
+process and thread-safe; a failed start is remembered, so requests get a
+clear 503 instead of reloading the model each time.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from django.conf import settings
-
-from gpuworkers.scheduling import engine_scheduling_options
 from gpuworkers.worker import WorkerLoop
-from inference.bus import get_worker_bus
+from wire.bus import memory_bus
 
 logger = logging.getLogger(__name__)
 
@@ -26,12 +26,24 @@ _lock = threading.Lock()
 _worker: EmbeddedWorker | None = None
 
 
+@dataclass(slots=True, frozen=True)
+class EmbeddedSpec:
+    """What the embedded worker serves and how to build its engine."""
+
+    model_name: str
+    # Builds the engine; called once, in the engine thread (loading takes a while).
+    load_engine: Callable[[], Any]
+    # The GPU price per hour reported for cost accounting (a decimal string).
+    hourly_price: str = "0"
+
+
 class EmbeddedWorker:
     """The engine thread and what the web tier needs to know about it."""
 
-    def __init__(self) -> None:
+    def __init__(self, spec: EmbeddedSpec) -> None:
+        self.spec = spec
         self.worker_id = f"embedded-{socket.gethostname()}-{os.getpid()}"
-        self.model_name = settings.DEMO_MODEL_NAME
+        self.model_name = spec.model_name
         self.loop: WorkerLoop | None = None
         self.error: BaseException | None = None
         self.ready = threading.Event()
@@ -44,13 +56,15 @@ class EmbeddedWorker:
 
     def _run(self) -> None:
         try:
-            engine = self._load_engine()
+            logger.info("embedded engine: loading %s", self.model_name)
+            engine = self.spec.load_engine()
             self.loop = WorkerLoop(
                 engine,
-                get_worker_bus(),
+                # Pinned: the web tier must keep finding the bus this worker serves.
+                memory_bus(pin=True),
                 self.worker_id,
                 self.model_name,
-                hourly_price=settings.WORKER_HOURLY_PRICE,
+                hourly_price=self.spec.hourly_price,
             )
             waiter = threading.Thread(target=self._mark_ready, daemon=True)
             waiter.start()
@@ -69,31 +83,13 @@ class EmbeddedWorker:
         self.ready.set()
         logger.info("embedded engine ready: %s", self.worker_id)
 
-    def _load_engine(self):
-        from gpuworkers.engine import LLMEngine
-        from gpuworkers.engine.convert_gguf import ensure_demo_model
 
-        if settings.ENGINE_THREADS:
-            import torch
-
-            torch.set_num_threads(settings.ENGINE_THREADS)
-        logger.info("embedded engine: loading %s", self.model_name)
-        return LLMEngine.from_pretrained(
-            ensure_demo_model(),
-            dtype=settings.ENGINE_DTYPE,
-            kv_cache_bytes=settings.ENGINE_KV_CACHE_MB << 20,
-            max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
-            model_id=self.model_name,
-            **engine_scheduling_options(),
-        )
-
-
-def ensure_started() -> EmbeddedWorker:
-    """The process's embedded worker, started on first call."""
+def ensure_started(spec: Callable[[], EmbeddedSpec]) -> EmbeddedWorker:
+    """The process's embedded worker, started on first call from ``spec()``."""
     global _worker
     with _lock:
         if _worker is None:
-            _worker = EmbeddedWorker()
+            _worker = EmbeddedWorker(spec())
             _worker.thread.start()
         return _worker
 

@@ -4,6 +4,10 @@ The tracker numbers each response's events (``created`` is seq 1), counts
 tokens for usage, times the response and queues events until the loop
 flushes them in one bus round trip. A response leaves the tracker with its
 terminal event, so it can never get a second one from this worker.
+
+It is also where a response's timings are known, so it feeds the worker's
+metrics (``gpuworkers.metrics``: TTFT, inter-token latency, e2e, queue
+time) and spans (``gpuworkers.spans``) as it builds the events.
 """
 
 from __future__ import annotations
@@ -13,14 +17,17 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from inference.bus.base import EventType, GenerationRequest
-from inference.bus.events import (
+from gpuworkers.metrics import WorkerMetrics
+from gpuworkers.spans import request_span_end, request_span_start
+from wire.events import (
+    EventType,
     created_event,
     delta_event,
     metrics_body,
     terminal_event,
     usage_body,
 )
+from wire.requests import GenerationRequest
 
 # Engine finish reasons a client sees on a choice; "abort" ends the response
 # as ``cancelled`` instead.
@@ -99,11 +106,21 @@ class _Response:
     # Wall-clock times, comparable with request.created_at (set by the web tier).
     added_at: float = field(default_factory=time.time)
     first_token_at: float | None = None
+    # When the previous delta's tokens came (inter-token latency).
+    last_token_at: float | None = None
     engine_queue_time: float | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
     finish_reasons: dict[str, str] = field(default_factory=dict)
+    # The worker's root span for this response (None while not tracing).
+    span: Any = None
+
+    def queue_seconds(self) -> float | None:
+        """Enqueue on the web tier to first scheduled by the engine."""
+        if self.engine_queue_time is None:
+            return None
+        return (self.added_at - self.request.created_at) + self.engine_queue_time
 
     def usage(self) -> dict[str, int]:
         return usage_body(
@@ -114,9 +131,7 @@ class _Response:
 
     def metrics(self) -> dict[str, float | None]:
         start = self.request.created_at
-        queue = None
-        if self.engine_queue_time is not None:
-            queue = (self.added_at - start) + self.engine_queue_time
+        queue = self.queue_seconds()
         ttft = None if self.first_token_at is None else self.first_token_at - start
         return metrics_body(
             queue_time_ms=_ms(queue), ttft_ms=_ms(ttft), duration_ms=_ms(time.time() - start)
@@ -126,16 +141,27 @@ class _Response:
 class ResponseTracker:
     """The in-flight responses of one worker and their unpublished events."""
 
-    def __init__(self, *, worker_id: str, model: str, tokenizer: Any | None = None):
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        model: str,
+        tokenizer: Any | None = None,
+        metrics: WorkerMetrics | None = None,
+    ):
         self.worker_id = worker_id
         self.model = model
         self.token_bytes = TokenBytes(tokenizer)
+        self.metrics = metrics or WorkerMetrics(model)
         self.active: dict[str, _Response] = {}
         self._batch: list[tuple[str, dict[str, Any]]] = []
 
     def open(self, request: GenerationRequest) -> None:
         """Start a response: queue its ``created`` event."""
         response = _Response(request, prompt_tokens=len(request.prompt_token_ids))
+        response.span = request_span_start(
+            request, worker_id=self.worker_id, model=self.model, at=response.added_at
+        )
         self.active[request.response_id] = response
         self._batch.append((request.response_id, self._created(request)))
 
@@ -159,10 +185,18 @@ class ResponseTracker:
             error=error,
         )
         self._batch.append((response_id, event))
+        request_span_end(
+            response.span, response, outcome=EventType.FAILED.value, at=time.time(), error=error
+        )
 
     def forget(self, response_id: str) -> bool:
         """Stop tracking without an event (the stream was ended elsewhere)."""
-        return self.active.pop(response_id, None) is not None
+        response = self.active.pop(response_id, None)
+        if response is None:
+            return False
+        closed = {"message": "The stream was ended by the web tier", "code": "stream_closed"}
+        request_span_end(response.span, response, outcome="closed", at=time.time(), error=closed)
+        return True
 
     def on_output(self, output: Any) -> None:
         """Turn one engine RequestOutput into a delta and maybe a terminal event."""
@@ -175,10 +209,13 @@ class ResponseTracker:
         if output.queue_time is not None:
             response.engine_queue_time = output.queue_time
         choices = []
+        produced = False
         for choice in output.choices:
             response.completion_tokens += len(choice.token_ids)
-            if choice.token_ids and response.first_token_at is None:
-                response.first_token_at = now
+            if choice.token_ids:
+                produced = True
+                if response.first_token_at is None:
+                    response.first_token_at = now
             reason = choice.finish_reason
             if reason:
                 response.finish_reasons[str(choice.index)] = reason
@@ -193,24 +230,45 @@ class ResponseTracker:
                         "finish_reason": client_reason,
                     }
                 )
+        if produced:
+            self._observe_tokens(response, now)
         if choices:
             response.seq += 1
             self._batch.append((output.request_id, delta_event(response.seq, choices)))
         if output.finished:
             self._finish(output.request_id, response)
 
+    def _observe_tokens(self, response: _Response, now: float) -> None:
+        """TTFT on a response's first tokens, inter-token latency after."""
+        if response.last_token_at is None:
+            self.metrics.first_token(
+                ttft=now - response.request.created_at,
+                prompt_tokens=response.prompt_tokens,
+                cached_tokens=response.cached_tokens,
+            )
+        else:
+            self.metrics.next_tokens(now - response.last_token_at)
+        response.last_token_at = now
+
     def _finish(self, response_id: str, response: _Response) -> None:
         del self.active[response_id]
         aborted = "abort" in response.finish_reasons.values()
         response.seq += 1
+        kind = EventType.CANCELLED if aborted else EventType.COMPLETED
         event = terminal_event(
-            EventType.CANCELLED if aborted else EventType.COMPLETED,
+            kind,
             response.seq,
             usage=response.usage(),
             metrics=response.metrics(),
             finish_reasons=dict(sorted(response.finish_reasons.items(), key=lambda kv: int(kv[0]))),
         )
         self._batch.append((response_id, event))
+        now = time.time()
+        reason = "abort" if aborted else response.finish_reasons.get("0", "stop")
+        self.metrics.finished(
+            reason=reason, e2e=now - response.request.created_at, queue=response.queue_seconds()
+        )
+        request_span_end(response.span, response, outcome=kind.value, at=now)
 
     def take_batch(self) -> list[tuple[str, dict[str, Any]]]:
         batch, self._batch = self._batch, []

@@ -6,6 +6,10 @@ its outputs into events and publish them in one round trip. A second thread
 sends the heartbeat once a second from a stats snapshot the loop refreshes,
 so a long step never looks like a dead worker. Nothing here touches the
 database: the request path is bus, engine, bus.
+
+The same stats snapshot feeds the worker's Prometheus metrics
+(``gpuworkers.metrics``); both threads log with the worker and model bound
+(``wire.logs``).
 """
 
 from __future__ import annotations
@@ -19,9 +23,13 @@ import uuid
 from collections import deque
 from typing import Any
 
+from gpuworkers.metrics import WorkerMetrics
 from gpuworkers.tracker import ResponseTracker
-from inference.bus.base import BusUnavailable, GenerationRequest, WorkerBus, WorkerInfo, WorkerState
-from inference.bus.events import error_body
+from wire import logs
+from wire.bus import BusUnavailable, WorkerBus
+from wire.events import error_body
+from wire.requests import GenerationRequest
+from wire.workers import WorkerInfo, WorkerState
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +83,12 @@ class WorkerLoop:
         self.heartbeat_interval = heartbeat_interval
         self.idle_block_ms = idle_block_ms
         self.state = WorkerState.WARMING
+        self.metrics = WorkerMetrics(model_name)
         self.tracker = ResponseTracker(
-            worker_id=worker_id, model=model_name, tokenizer=getattr(engine, "tokenizer", None)
+            worker_id=worker_id,
+            model=model_name,
+            tokenizer=getattr(engine, "tokenizer", None),
+            metrics=self.metrics,
         )
         self.ready = threading.Event()
         # Set once the loop has left and deregistered.
@@ -103,6 +115,7 @@ class WorkerLoop:
         heartbeat = threading.Thread(
             target=self._heartbeat_loop, name=f"heartbeat-{self.worker_id}", daemon=True
         )
+        logs.bind(worker=self.worker_id, model=self.model_name)
         try:
             self._refresh_stats(force=True)
             self.bus.register(self.info())
@@ -111,6 +124,8 @@ class WorkerLoop:
             logger.info("worker %s warmed up in %.1fs", self.worker_id, seconds)
             if not self._drain.is_set():  # a signal during warm-up wins
                 self.state = WorkerState.READY
+            # Warm-up's tokens and steps are not served traffic.
+            self.metrics.restart_counting()
             self._refresh_stats(force=True)
             self.bus.heartbeat(self.info())
             self.ready.set()
@@ -120,6 +135,7 @@ class WorkerLoop:
                 self._fail_all(SHUTDOWN_ERROR)
             # Requests sent while the last ones finished: refuse, do not drop.
             for request in self._poll(0, busy=True)[0]:
+                self.metrics.refused("draining")
                 self.tracker.reject(request, DRAINING_ERROR)
             self._flush()
         finally:
@@ -191,6 +207,7 @@ class WorkerLoop:
 
     def _admit(self, request: GenerationRequest) -> None:
         if self._drain.is_set():
+            self.metrics.refused("draining")
             self.tracker.reject(request, DRAINING_ERROR)
             return
         from gpuworkers.engine import SamplingParams
@@ -211,6 +228,7 @@ class WorkerLoop:
             error = error_body(
                 str(exc), type="invalid_request_error", param=getattr(exc, "param", None)
             )
+            self.metrics.refused("invalid")
             self.tracker.fail(request.response_id, error)
 
     def _step(self) -> None:
@@ -295,11 +313,13 @@ class WorkerLoop:
         )
         stats["busy_seconds"] = round(self.busy_seconds, 3)
         stats["idle_seconds"] = round(self.idle_seconds, 3)
+        self.metrics.observe_stats(stats, self.tracker.active.values())
         # One reference swap: the heartbeat thread never sees a half-built dict.
         self._stats = stats
         self._stats_at = now
 
     def _heartbeat_loop(self) -> None:
+        logs.bind(worker=self.worker_id, model=self.model_name)
         while not self._heartbeat_stop.wait(self.heartbeat_interval):
             try:
                 self.bus.heartbeat(self.info())

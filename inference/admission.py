@@ -24,8 +24,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from inference.bus.base import GenerationRequest, WorkerInfo
 from inference.errors import RateLimited
+from wire.requests import GenerationRequest
+from wire.workers import WorkerInfo
 
 # Output length assumed for queued requests (the heartbeat has no max_tokens).
 TYPICAL_OUTPUT_TOKENS = 256

@@ -9,7 +9,8 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from ninja import Header, NinjaAPI, Router
 
-from inference import relay, selectors, services
+from fleet.selectors import served_model_get, served_model_list
+from inference import relay, services
 from inference.auth import api_key_auth
 from inference.errors import ModelNotFound, install_error_handlers
 from inference.schemas import (
@@ -64,17 +65,16 @@ def _model_object(model) -> dict:
 
 @router.get("/models", response={200: ModelList, **ERRORS}, tags=["models"])
 async def list_models(request: HttpRequest):
-    """The models this key's tier may use."""
-    models = await sync_to_async(list)(selectors.served_model_list(tier=request.auth.tenant.tier))
-    return {"object": "list", "data": [_model_object(m) for m in models]}
+    """The models this key may use: its tier's, within the key's allow-list."""
+    models = await sync_to_async(list)(served_model_list(tier=request.auth.tenant.tier))
+    allowed = [m for m in models if request.auth.allows_model(m.name)]
+    return {"object": "list", "data": [_model_object(m) for m in allowed]}
 
 
 @router.get("/models/{path:model_id}", response={200: ModelObject, **ERRORS}, tags=["models"])
 async def retrieve_model(request: HttpRequest, model_id: str):
-    model = await sync_to_async(selectors.served_model_get)(
-        name=model_id, tier=request.auth.tenant.tier
-    )
-    if model is None:
+    model = await sync_to_async(served_model_get)(name=model_id, tier=request.auth.tenant.tier)
+    if model is None or not request.auth.allows_model(model.name):
         raise ModelNotFound(model_id)
     return _model_object(model)
 

@@ -8,32 +8,41 @@ response's events through the terminal one, ``cancel_request`` asks the
 worker to stop. ``stream_events`` never hangs: a worker whose heartbeat
 lapses, a stream with no progress for too long and a bus that stays down
 all end the stream with a ``failed`` event.
+
+Tracing: ``dispatch`` spans the routing and admission decision and
+``bus.submit`` (a producer span) the enqueue; the request carries the
+latter's ``traceparent``, so the worker's spans join the same trace.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
 
 from django.conf import settings
+from opentelemetry.trace import SpanKind
 
 from fleet.router import Policy, RouteDecision, route
 from fleet.shadow import shadow_maybe
 from fleet.snapshot import asnapshot_current
 from inference.admission import admission_check
-from inference.bus import get_bus
-from inference.bus.base import (
+from wire import logs
+from wire.bus import Bus, BusUnavailable, get_bus
+from wire.events import (
     TERMINAL_EVENTS,
-    Bus,
-    BusUnavailable,
     EventType,
-    GenerationRequest,
-    WorkerInfo,
+    error_body,
+    terminal_event,
+    usage_from_events,
+    worker_lost_error,
 )
-from inference.bus.events import error_body, terminal_event, usage_from_events, worker_lost_error
+from wire.requests import GenerationRequest
+from wire.tracing import traceparent_current, tracer
+from wire.workers import WorkerInfo
 
 logger = logging.getLogger(__name__)
 
@@ -96,10 +105,30 @@ def _note_sent(info: WorkerInfo, prompt_tokens: int) -> None:
     sent[2] += prompt_tokens
 
 
-async def _ensure_embedded_ready() -> None:
-    from gpuworkers import embedded
+class EmbeddedWorkerHandle(Protocol):
+    """What dispatch needs of the in-process worker (``gpuworkers.embedded``)."""
 
-    worker = embedded.ensure_started()
+    ready: threading.Event
+    error: BaseException | None
+
+    def wait_ready(self, timeout: float | None = None) -> bool: ...
+
+
+# Embedded mode: the process's set-up (config.apps) registers how to start
+# the in-process worker; the web apps never import the worker itself.
+_embedded_starter: Callable[[], EmbeddedWorkerHandle] | None = None
+
+
+def embedded_worker_register(starter: Callable[[], EmbeddedWorkerHandle]) -> None:
+    """Tell dispatch how to start (or find) this process's embedded worker."""
+    global _embedded_starter
+    _embedded_starter = starter
+
+
+async def _ensure_embedded_ready() -> None:
+    if _embedded_starter is None:
+        raise NoWorkerAvailable(settings.DEMO_MODEL_NAME, "No embedded engine in this process")
+    worker = _embedded_starter()
     if not worker.ready.is_set():
         await asyncio.to_thread(worker.wait_ready, EMBEDDED_READY_TIMEOUT)
     if worker.error is not None:
@@ -109,15 +138,31 @@ async def _ensure_embedded_ready() -> None:
 
 
 async def dispatch_request(
-    request: GenerationRequest, *, bus: Bus | None = None, routing_key: str | None = None
+    request: GenerationRequest,
+    *,
+    bus: Bus | None = None,
+    routing_key: str | None = None,
+    shadow_allowed: bool = False,
 ) -> WorkerInfo:
     """Enqueue ``request`` on the replica the router picks for it.
 
     ``routing_key`` identifies the conversation (``fleet.routing``);
-    without one, the first prompt tokens stand in for it. Raises
+    without one, the first prompt tokens stand in for it.
+    ``shadow_allowed``: the tenant opted in to shadow comparisons during
+    rollouts (``Tenant.shadow_opt_in``); without it no copy is made. Raises
     NoWorkerAvailable when no ready worker serves the model and
     BusUnavailable when Redis cannot be reached (both are 503s).
     """
+    attributes = {"llm.model": request.model, "llm.tier": request.tier}
+    with tracer.start_as_current_span("dispatch", attributes=attributes) as span:
+        worker = await _dispatch(request, bus, routing_key, shadow_allowed)
+        span.set_attribute("worker_id", worker.worker_id)
+        return worker
+
+
+async def _dispatch(
+    request: GenerationRequest, bus: Bus | None, routing_key: str | None, shadow_allowed: bool
+) -> WorkerInfo:
     if settings.EMBEDDED_ENGINE:
         await _ensure_embedded_ready()
     bus = bus or get_bus()
@@ -139,12 +184,22 @@ async def dispatch_request(
     if decision is None:
         raise NoWorkerAvailable(request.model)
     worker = decision.worker
+    logs.bind(worker=worker.worker_id)
     # Admission control (issue 5): a 429 with Retry-After now, when the
     # estimated wait exceeds the tier's SLA, rather than a timeout later.
     await admission_check(worker, request)
-    await bus.submit(worker.worker_id, request)
+    attributes = {
+        "messaging.system": "redis" if settings.REDIS_URL else "in-process",
+        "messaging.destination.name": worker.worker_id,
+        "messaging.operation.type": "send",
+    }
+    with tracer.start_as_current_span("bus.submit", kind=SpanKind.PRODUCER, attributes=attributes):
+        # The worker's spans are children of this one.
+        request.traceparent = traceparent_current()
+        await bus.submit(worker.worker_id, request)
     _note_sent(worker, len(request.prompt_token_ids))
-    await _shadow(bus, registry, request, decision, routing_key, snapshot)
+    if shadow_allowed:
+        await _shadow(bus, registry, request, decision, routing_key, snapshot)
     return worker
 
 

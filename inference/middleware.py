@@ -2,7 +2,8 @@
 
 A sane incoming ``X-Request-ID`` (from a proxy or the client) is echoed so
 logs on both sides join up; anything else gets a fresh id. The id is kept on
-``request.request_id`` for the code that logs or forwards it.
+``request.request_id`` and bound to the request's log context
+(``wire.logs``), so every log line and span of the request carries it.
 
 Errors the API's own handlers never see (no route matched, a method the
 route does not accept) are produced by Django and ninja as HTML or plain
@@ -16,6 +17,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 
 from inference.errors import MethodNotAllowed, NotFound, ServerError, error_response
+from wire import logs
 
 REQUEST_ID_HEADER = "x-request-id"
 # Echoing arbitrary bytes into a response header invites header injection
@@ -67,8 +69,19 @@ class _ResponseMiddleware:
 class RequestIdMiddleware(_ResponseMiddleware):
     """Outermost middleware, so error pages from the inner layers get the id too."""
 
+    def __call__(self, request: HttpRequest):
+        response = super().__call__(request)
+        if not iscoroutinefunction(self):
+            # A sync handler's thread serves other work next: leave it no
+            # context (async views bound theirs into it via async_to_sync).
+            logs.clear()
+        return response
+
     def before(self, request: HttpRequest) -> None:
         request.request_id = request_id_for(request)
+        # A sync server reuses threads: start from a clean context.
+        logs.clear()
+        logs.bind(request_id=request.request_id)
 
     def after(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         response[REQUEST_ID_HEADER] = request.request_id

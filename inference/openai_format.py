@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference.bus.base import TERMINAL_EVENTS, EventType
+from wire.events import TERMINAL_EVENTS, EventType
 
 # UsageRecord.finish_reason when the terminal event names none.
 _STATUS_FINISH_REASON = {

@@ -12,6 +12,10 @@ resumes with ``GET /v1/chat/completions/{id}/events`` and ``Last-Event-ID``
 and gets exactly the frames after that event. Streams end with
 ``data: [DONE]``; an error after the first byte is a ``data: {"error": ...}``
 frame before it.
+
+Each tap is a ``relay`` span (a child of the HTTP request's, whose context
+its task inherits) and feeds ``inference.metrics``: streams open, endings
+by status, relay and usage-settlement lag.
 """
 
 from __future__ import annotations
@@ -27,11 +31,12 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.http import JsonResponse, StreamingHttpResponse
 
-from inference.bus.base import TERMINAL_EVENTS, EventType
-from inference.bus.events import error_body, terminal_event, usage_body
+from inference import metrics
 from inference.dispatch import cancel_request, stream_events
 from inference.errors import APIError, InvalidRequest, ServerError, ServiceUnavailable
 from inference.openai_format import ChunkStream, CompletionBuilder, UsageLedger, UsageSummary
+from wire.events import TERMINAL_EVENTS, EventType, error_body, terminal_event, usage_body
+from wire.tracing import tracer
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +95,16 @@ class ResponseRoute:
 class ResponseTap:
     """Reads one response's events once, in a task of its own."""
 
-    __slots__ = ("route", "headers", "task", "_queue", "_on_terminal", "_ended", "_abort")
+    __slots__ = (
+        "route",
+        "headers",
+        "task",
+        "sent_at",
+        "_queue",
+        "_on_terminal",
+        "_ended",
+        "_abort",
+    )
 
     def __init__(
         self,
@@ -98,8 +112,12 @@ class ResponseTap:
         *,
         on_terminal: Callable[[ResponseRoute, UsageSummary], Awaitable[None]] | None,
         abort_on_abandon: bool,
+        sent_at: float | None = None,
     ):
         self.route = route
+        # When the request was enqueued (GenerationRequest.created_at): the
+        # origin of the worker's durations, for the lag metrics.
+        self.sent_at = sent_at
         # Extra response headers (rate-limit state) set before the response starts.
         self.headers: dict[str, str] = {}
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -115,12 +133,25 @@ class ResponseTap:
         *,
         on_terminal: Callable[[ResponseRoute, UsageSummary], Awaitable[None]] | None = None,
         abort_on_abandon: bool = True,
+        sent_at: float | None = None,
     ) -> ResponseTap:
-        tap = cls(route, on_terminal=on_terminal, abort_on_abandon=abort_on_abandon)
+        tap = cls(
+            route, on_terminal=on_terminal, abort_on_abandon=abort_on_abandon, sent_at=sent_at
+        )
         tap.task = spawn(tap._run())
         return tap
 
     async def _run(self) -> None:
+        route = self.route
+        attributes = {"response_id": route.response_id, "worker_id": route.worker_id}
+        with (
+            metrics.STREAMS_OPEN.labels(route.model).track_inprogress(),
+            tracer.start_as_current_span("relay", attributes=attributes) as span,
+        ):
+            span.set_attribute("llm.outcome", await self._relay())
+
+    async def _relay(self) -> str:
+        """Read the events through the terminal one; returns its type."""
         ledger = UsageLedger()
         terminal = None
         try:
@@ -145,14 +176,29 @@ class ResponseTap:
                 # keep generating tokens that nobody reads or bills.
                 spawn(_cancel_quietly(self.route))
         final = terminal or _interrupted(ledger)
+        model = self.route.model
+        ended_at = metrics.worker_ended_at(final, sent_at=self.sent_at)
+        metrics.lag_observe(metrics.RELAY_LAG, model, ended_at)
         if self._on_terminal is not None:
+            metrics.RESPONSES.labels(model, final["type"]).inc()
             try:
-                await self._on_terminal(self.route, ledger.summary(final))
+                with tracer.start_as_current_span("usage.settle"):
+                    await self._on_terminal(self.route, ledger.summary(final))
+                metrics.lag_observe(metrics.SETTLEMENT_LAG, model, ended_at)
             except Exception:
                 logger.exception("Settling the usage of %s failed", self.route.response_id)
+            usage = final.get("usage") or {}
+            logger.info(
+                "response %s %s: %s prompt + %s completion tokens",
+                self.route.response_id,
+                final["type"],
+                usage.get("prompt_tokens", 0),
+                usage.get("completion_tokens", 0),
+            )
         # Enqueued after settling, so a client that saw the end of its
         # response can already read its usage record.
         self._end(final)
+        return final["type"]
 
     def _end(self, terminal: dict[str, Any]) -> None:
         self._ended = True

@@ -24,32 +24,34 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.cache import cache
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from redis.exceptions import RedisError
 
 from billing.models import UsageRecord
-from billing.services import budget_admit, usage_record_create
+from billing.selectors import usage_month_tokens
+from billing.services import BudgetExhausted, budget_admit, usage_record_create
 from fleet.fallback import db_mark_down, db_marked_down, usage_outbox_push
+from fleet.models import ServedModel
 from fleet.routing import conversation_routing_key
-from fleet.selectors import catalog_model_get
+from fleet.selectors import catalog_model_get, served_model_dir
 from gpuworkers.engine.sampling_params import InvalidSamplingParams, SamplingParams
 from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
-from inference.bus import get_bus
-from inference.bus.base import BusUnavailable, GenerationRequest
+from inference import metrics
+from inference.admission import QueueWaitExceeded
 from inference.dispatch import NoWorkerAvailable, dispatch_request
 from inference.errors import (
     APIError,
     ContextLengthExceeded,
+    InsufficientQuota,
     InvalidRequest,
     ModelNotFound,
     NotFound,
     ServiceUnavailable,
     rate_limit_error,
 )
-from inference.models import ServedModel
 from inference.relay import ResponseRoute, ResponseTap, UsageSummary, route_cache_key
 from inference.schemas import ChatCompletionRequest
-from inference.selectors import response_route_get, served_model_dir
+from inference.selectors import response_route_get
 from tenants.models import ApiKey, Tenant, Tier
 from tenants.ratelimit import (
     Ticket,
@@ -58,6 +60,9 @@ from tenants.ratelimit import (
     rate_limit_admit,
     rate_limit_settle,
 )
+from wire import logs
+from wire.bus import BusUnavailable, get_bus
+from wire.requests import GenerationRequest
 
 logger = logging.getLogger(__name__)
 
@@ -70,27 +75,6 @@ class PreparedPrompt:
     prompt_token_ids: list[int]
     # gpuworkers.engine.SamplingParams fields, as plain JSON values.
     sampling: dict[str, Any]
-
-
-@transaction.atomic
-def served_model_register(
-    *,
-    name: str,
-    context_length: int,
-    path: str = "",
-    tiers: list[Tier] | None = None,
-    description: str = "",
-) -> ServedModel:
-    """Create or update the catalog row ``name``, open to ``tiers`` (all when None)."""
-    model = ServedModel.objects.filter(name=name).first() or ServedModel(name=name)
-    model.path = path
-    model.context_length = context_length
-    model.description = description
-    model.is_active = True
-    model.full_clean()
-    model.save()
-    model.tiers.set(Tier.objects.all() if tiers is None else tiers)
-    return model
 
 
 def new_response_id() -> str:
@@ -218,8 +202,12 @@ async def completion_start(
     tier = tenant.tier
     # The control snapshot's catalog: no query on the request path.
     model = await sync_to_async(catalog_model_get)(name=request.model, tier=tier)
-    if model is None:
+    # A key's allow-list narrows its tier's models; outside it the model is
+    # as unknown as one the tier lacks.
+    if model is None or (api_key is not None and not api_key.allows_model(model.name)):
         raise ModelNotFound(request.model)
+    # Known now: every later log line and span of this request carries them.
+    logs.bind(tenant=tenant.pk, model=model.name)
     # Tokenizing is CPU work and needs no database: any pool thread will do.
     prepared = await sync_to_async(chat_prompt_prepare, thread_sensitive=False)(
         request=request, model=model, tier=tier, default_max_tokens=default_max_tokens
@@ -228,6 +216,9 @@ async def completion_start(
     if not db_marked_down():
         try:
             await budget_admit(tenant_id=tenant.pk)
+        except BudgetExhausted as exc:
+            metrics.request_refused(reason=metrics.BUDGET, tier=tier.name, model=model.name)
+            raise InsufficientQuota(exc.message) from exc
         except DatabaseError:
             # PostgreSQL is down: serve from the snapshot (fleet.fallback);
             # the budget applies again once the database is back.
@@ -241,11 +232,14 @@ async def completion_start(
     reserved = len(prepared.prompt_token_ids) + sampling["n"] * sampling["max_tokens"]
     limits = limits_for(api_key) if api_key is not None else limits_for_tenant(tenant)
     try:
-        decision = await rate_limit_admit(ticket=ticket, limits=limits, tokens=reserved)
+        decision = await rate_limit_admit(
+            ticket=ticket, limits=limits, tokens=reserved, quota_used=usage_month_tokens
+        )
     except RedisError as exc:
         # The bus lives in the same Redis: nothing could be served anyway.
         raise ServiceUnavailable(code="bus_unavailable") from exc
     if not decision.admitted:
+        metrics.request_refused(reason=decision.outcome, tier=tier.name, model=model.name)
         raise rate_limit_error(decision, tokens=reserved)
     try:
         attribution = Attribution(
@@ -266,6 +260,8 @@ async def completion_start(
             logger.warning("Could not refund %s", ticket.response_id, exc_info=True)
         if isinstance(exc, APIError):
             exc.headers = {**decision.headers(), **exc.headers}
+        if isinstance(exc, QueueWaitExceeded):
+            metrics.request_refused(reason=metrics.QUEUE_WAIT, tier=tier.name, model=model.name)
         raise
     tap.headers.update(decision.headers())
     return tap
@@ -290,9 +286,12 @@ async def _dispatch(
         tier=tier.name,
         tenant_id=tenant.pk,
         cache_salt=tenant.cache_salt,
+        request_id=logs.context().get("request_id"),
     )
     try:
-        worker = await dispatch_request(generation, routing_key=routing_key)
+        worker = await dispatch_request(
+            generation, routing_key=routing_key, shadow_allowed=tenant.shadow_opt_in
+        )
     except NoWorkerAvailable as exc:
         raise ServiceUnavailable(str(exc), code="no_worker_available") from exc
     except BusUnavailable as exc:
@@ -312,7 +311,7 @@ async def _dispatch(
     )
     await response_route_save(route=route)
     settle = functools.partial(usage_and_limits_settle, ticket, attribution=attribution)
-    return ResponseTap.start(route, on_terminal=settle)
+    return ResponseTap.start(route, on_terminal=settle, sent_at=generation.created_at)
 
 
 async def chat_completion_resume(*, api_key: ApiKey, response_id: str) -> ResponseTap:

@@ -2,9 +2,8 @@
 
 from django.shortcuts import render
 
-from inference.models import ServedModel
+from fleet.selectors import served_model_list_active
 
 
 def home(request):
-    models = ServedModel.objects.filter(is_active=True).prefetch_related("tiers").order_by("name")
-    return render(request, "home.html", {"models": models})
+    return render(request, "home.html", {"models": served_model_list_active()})

@@ -3,7 +3,7 @@
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from tenants.models import ApiKey, Membership, Tenant, Tier
+from tenants.models import ApiKey, Invitation, Membership, Tenant, Tier
 from tenants.services import api_key_create, api_key_revoke
 
 
@@ -35,8 +35,16 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ["name", "slug", "tier", "is_active", "monthly_budget", "created_at"]
-    list_filter = ["tier", "is_active"]
+    list_display = [
+        "name",
+        "slug",
+        "tier",
+        "is_active",
+        "monthly_budget",
+        "shadow_opt_in",
+        "created_at",
+    ]
+    list_filter = ["tier", "is_active", "shadow_opt_in"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
     readonly_fields = ["created_at"]
@@ -60,6 +68,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         "tenant",
         "created_at",
         "last_used_at",
+        "expires_at",
         "revoked_at",
         "rpm_limit",
         "tpm_limit",
@@ -71,6 +80,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
     fields = [
         "tenant",
         "name",
+        "owner",
+        "expires_at",
+        "allowed_models",
         "rpm_limit",
         "tpm_limit",
         "prefix",
@@ -94,8 +106,11 @@ class ApiKeyAdmin(admin.ModelAdmin):
             tenant=obj.tenant,
             name=obj.name,
             created_by=request.user,
+            owner=obj.owner,
             rpm_limit=obj.rpm_limit,
             tpm_limit=obj.tpm_limit,
+            expires_at=obj.expires_at,
+            allowed_models=obj.allowed_models,
         )
         # The admin redirects using obj, so it must become the saved row.
         for field in ("pk", "prefix", "secret_hash", "created_by", "created_at"):
@@ -112,3 +127,25 @@ class ApiKeyAdmin(admin.ModelAdmin):
         for api_key in live:
             api_key_revoke(api_key=api_key)
         self.message_user(request, f"Revoked {len(live)} key(s).", messages.SUCCESS)
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    """Read-only: invitations are made and withdrawn by tenant admins in the console."""
+
+    list_display = [
+        "email",
+        "tenant",
+        "role",
+        "created_at",
+        "expires_at",
+        "accepted_at",
+        "revoked_at",
+    ]
+    list_filter = ["role", "tenant"]
+    search_fields = ["email", "tenant__name"]
+    readonly_fields = [f.name for f in Invitation._meta.fields if f.name != "token_hash"]
+    exclude = ["token_hash"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.utils import timezone
 
 
 def new_cache_salt() -> str:
@@ -60,12 +61,22 @@ class Tenant(models.Model):
     cache_salt = models.CharField(max_length=64, default=new_cache_salt, editable=False)
     # Monthly spending cap in the billing currency; None means no cap.
     monthly_budget = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    # Shadow comparisons store completions for review: only with consent.
+    shadow_opt_in = models.BooleanField(
+        default=False,
+        help_text="Let rollouts run a share of this tenant's requests on a canary too, "
+        "and keep both outputs for SHADOW_RETENTION_DAYS.",
+    )
 
     class Meta:
         ordering = ["name"]
 
     def __str__(self) -> str:
         return self.name
+
+    def get_additional_data(self) -> dict:
+        # The audit log's tenant, so tenant admins see their own entries.
+        return {"tenant_id": self.pk}
 
 
 class Membership(models.Model):
@@ -86,6 +97,9 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} @ {self.tenant} ({self.role})"
+
+    def get_additional_data(self) -> dict:
+        return {"tenant_id": self.tenant_id}
 
 
 class ApiKey(models.Model):
@@ -110,9 +124,22 @@ class ApiKey(models.Model):
         blank=True,
         related_name="+",
     )
+    # The member the key is for: members see only their own keys. None: a
+    # tenant-wide key, seen by its admins only.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="api_keys",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # None: never expires. Authentication refuses the key from then on.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    # Served model names the key may call; empty: every model of the tier.
+    allowed_models = models.JSONField(default=list, blank=True)
     # Per-key overrides; None means the tier's limit applies.
     rpm_limit = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)]
@@ -131,6 +158,16 @@ class ApiKey(models.Model):
     @property
     def is_revoked(self) -> bool:
         return self.revoked_at is not None
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    def allows_model(self, model: str) -> bool:
+        return not self.allowed_models or model in self.allowed_models
+
+    def get_additional_data(self) -> dict:
+        return {"tenant_id": self.tenant_id}
 
     # min() rather than trusting the override: a tenant moved to a lower tier
     # keeps its keys, and an override must never lift a key above its tier.
@@ -154,5 +191,54 @@ class ApiKey(models.Model):
             errors["rpm_limit"] = f"Must not exceed the {tier.name} tier's rpm ({tier.rpm})."
         if self.tpm_limit is not None and self.tpm_limit > tier.tpm:
             errors["tpm_limit"] = f"Must not exceed the {tier.name} tier's tpm ({tier.tpm})."
+        models_given = self.allowed_models
+        if not isinstance(models_given, list) or not all(
+            isinstance(m, str) and m for m in models_given
+        ):
+            errors["allowed_models"] = "A list of served model names."
         if errors:
             raise ValidationError(errors)
+
+
+class Invitation(models.Model):
+    """An emailed, expiring, single-use invitation to join a tenant.
+
+    Joining always creates a new account (``invitation_accept``): an
+    existing account is never attached to a tenant, so an invitation cannot
+    reach another tenant's users or staff. Only the SHA-256 of the token is
+    stored; the token itself is in the emailed link.
+    """
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(
+        max_length=16, choices=Membership.Role.choices, default=Membership.Role.MEMBER
+    )
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"invitation of {self.email} to {self.tenant}"
+
+    @property
+    def is_pending(self) -> bool:
+        return (
+            self.accepted_at is None
+            and self.revoked_at is None
+            and self.expires_at > timezone.now()
+        )
+
+    def get_additional_data(self) -> dict:
+        return {"tenant_id": self.tenant_id}

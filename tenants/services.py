@@ -2,17 +2,20 @@
 
 import secrets
 import string
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
-from tenants.models import ApiKey, Membership, Tenant, Tier, hash_api_key
+from tenants.models import ApiKey, Invitation, Membership, Tenant, Tier, hash_api_key
 from tenants.selectors import tier_get
 
 # The current default tiers. The data migration 0002 seeds a frozen copy of
@@ -119,10 +122,22 @@ def tenant_set_tier(*, tenant: Tenant, tier_name: str) -> Tenant:
     tenant.tier = tier
     tenant.save(update_fields=["tier"])
     # Per-key overrides must stay within the tier (ApiKey.clean); lower them
-    # rather than leave rows that the admin would refuse to save.
-    keys = ApiKey.objects.filter(tenant=tenant)
-    keys.filter(rpm_limit__gt=tier.rpm).update(rpm_limit=tier.rpm)
-    keys.filter(tpm_limit__gt=tier.tpm).update(tpm_limit=tier.tpm)
+    # rather than leave rows that the admin would refuse to save. One save
+    # per key, so the audit log shows each lowered limit.
+    over = Q(rpm_limit__gt=tier.rpm) | Q(tpm_limit__gt=tier.tpm)
+    for key in ApiKey.objects.filter(over, tenant=tenant):
+        key.rpm_limit = min(key.rpm_limit, tier.rpm) if key.rpm_limit else key.rpm_limit
+        key.tpm_limit = min(key.tpm_limit, tier.tpm) if key.tpm_limit else key.tpm_limit
+        key.save(update_fields=["rpm_limit", "tpm_limit"])
+    return tenant
+
+
+def tenant_set_shadow_opt_in(*, tenant: Tenant, enabled: bool) -> Tenant:
+    """The tenant's consent to shadow comparisons (fleet.shadow); withdrawing
+    it also has its stored comparisons purged (fleet.tasks.shadow_purge)."""
+    tenant.shadow_opt_in = enabled
+    tenant.full_clean()
+    tenant.save(update_fields=["shadow_opt_in"])
     return tenant
 
 
@@ -147,13 +162,21 @@ def api_key_create(
     tenant: Tenant,
     name: str,
     created_by: AbstractBaseUser | None = None,
+    owner: AbstractBaseUser | None = None,
     rpm_limit: int | None = None,
     tpm_limit: int | None = None,
+    expires_at: datetime | None = None,
+    allowed_models: list[str] | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a key and return it with the raw key, which is never stored.
 
     The raw key is ``f"{prefix}.{secret}"``; only its SHA-256 is kept.
+    ``owner`` must be a member of ``tenant`` (ValidationError otherwise).
     """
+    if owner is not None and not Membership.objects.filter(user=owner, tenant=tenant).exists():
+        raise ValidationError({"owner": "The key's owner must be a member of the tenant."})
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ValidationError({"expires_at": "The expiry must be in the future."})
     prefix = _new_prefix()
     # 36**8 prefixes make a collision rare, not impossible.
     while ApiKey.objects.filter(prefix=prefix).exists():
@@ -165,19 +188,29 @@ def api_key_create(
         prefix=prefix,
         secret_hash=hash_api_key(raw_key),
         created_by=created_by,
+        owner=owner,
         rpm_limit=rpm_limit,
         tpm_limit=tpm_limit,
+        expires_at=expires_at,
+        allowed_models=sorted(set(allowed_models or [])),
     )
     api_key.full_clean()
     api_key.save()
     return api_key, raw_key
 
 
+@transaction.atomic
 def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
-    """Revoke the key; revoking twice keeps the first revocation time."""
-    now = timezone.now()
-    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=now)
-    api_key.refresh_from_db(fields=["revoked_at"])
+    """Revoke the key; revoking twice keeps the first revocation time.
+
+    A locked read and a save, not a bare UPDATE: the save is what the audit
+    log records.
+    """
+    locked = ApiKey.objects.select_for_update().get(pk=api_key.pk)
+    if locked.revoked_at is None:
+        locked.revoked_at = timezone.now()
+        locked.save(update_fields=["revoked_at"])
+    api_key.revoked_at = locked.revoked_at
     return api_key
 
 
@@ -197,3 +230,70 @@ def api_key_touch(*, api_key: ApiKey) -> bool:
     if written:
         api_key.last_used_at = now
     return bool(written)
+
+
+# -- invitations -------------------------------------------------------------------
+
+
+@transaction.atomic
+def invitation_create(
+    *,
+    tenant: Tenant,
+    email: str,
+    role: str = Membership.Role.MEMBER,
+    invited_by: AbstractBaseUser | None = None,
+) -> tuple[Invitation, str]:
+    """A new invitation and its raw token (only its hash is stored).
+
+    Says nothing about whether an account with that email exists: joining
+    always creates a new account, so there is nothing to look up.
+    """
+    token = secrets.token_urlsafe(32)
+    invitation = Invitation(
+        tenant=tenant,
+        email=email.strip(),
+        role=role,
+        token_hash=hash_api_key(token),
+        invited_by=invited_by,
+        expires_at=timezone.now() + settings.INVITATION_TTL,
+    )
+    invitation.full_clean()
+    invitation.save()
+    return invitation, token
+
+
+@transaction.atomic
+def invitation_accept(*, token: str, username: str, password: str) -> Membership:
+    """Create the invitee's new account and membership; the token is spent.
+
+    Raises Invitation.DoesNotExist for an unknown, used, revoked or expired
+    token (one answer for all of them) and ValidationError for a taken
+    username or a password the validators refuse.
+    """
+    invitation = (
+        Invitation.objects.select_for_update()
+        .select_related("tenant")
+        .get(token_hash=hash_api_key(token))
+    )
+    if not invitation.is_pending:
+        raise Invitation.DoesNotExist
+    User = get_user_model()
+    user = User(username=username.strip(), email=invitation.email)
+    user.full_clean(exclude=["password"])
+    validate_password(password, user=user)
+    user.set_password(password)
+    user.save()
+    invitation.accepted_at = timezone.now()
+    invitation.accepted_by = user
+    invitation.save(update_fields=["accepted_at", "accepted_by"])
+    return membership_create(user=user, tenant=invitation.tenant, role=invitation.role)
+
+
+@transaction.atomic
+def invitation_revoke(*, tenant: Tenant, invitation_id: int) -> Invitation:
+    """Withdraw a pending invitation; raises Invitation.DoesNotExist for another tenant's."""
+    invitation = Invitation.objects.select_for_update().get(tenant=tenant, pk=invitation_id)
+    if invitation.revoked_at is None and invitation.accepted_at is None:
+        invitation.revoked_at = timezone.now()
+        invitation.save(update_fields=["revoked_at"])
+    return invitation

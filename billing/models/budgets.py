@@ -35,6 +35,10 @@ class BudgetPolicy(models.Model):
     def __str__(self) -> str:
         return f"{self.tenant} budget policy"
 
+    def get_additional_data(self) -> dict:
+        # The audit log's tenant, so tenant admins see their own entries.
+        return {"tenant_id": self.tenant_id}
+
 
 class BudgetAlert(models.Model):
     """An alert sent: at most one per tenant, month and kind."""

@@ -12,6 +12,7 @@ from billing.selectors.usage import (
     usage_get,
     usage_groups,
     usage_list,
+    usage_month_tokens,
     usage_totals,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "usage_get",
     "usage_groups",
     "usage_list",
+    "usage_month_tokens",
     "usage_totals",
 ]

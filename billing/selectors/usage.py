@@ -24,6 +24,16 @@ def usage_list(
     return records.order_by("-created_at", "-id")
 
 
+def usage_month_tokens(*, tenant_id: int, period: str) -> int:
+    """Tokens the tenant's usage records hold for the month ``period`` (YYYYMM).
+
+    Seeds the rate limiter's monthly quota counter (``tenants.ratelimit``).
+    """
+    since = datetime(int(period[:4]), int(period[4:]), 1, tzinfo=UTC)
+    # usage_totals only filters on the tenant: an unsaved instance with the pk suffices.
+    return usage_totals(tenant=Tenant(pk=tenant_id), since=since)["total_tokens"]
+
+
 def usage_totals(*, tenant: Tenant, since: datetime | None = None) -> dict[str, int]:
     """Sums over the tenant's records since ``since`` (all time when None).
 

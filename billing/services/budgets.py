@@ -25,7 +25,6 @@ from redis.exceptions import RedisError
 from billing.models import BudgetAlert, BudgetPolicy, UsageRecord
 from billing.selectors.budgets import month_spend, month_start
 from billing.selectors.pricing import BILLABLE_STATUSES, PriceBook
-from inference.errors import InsufficientQuota
 from tenants.models import Membership, Tenant
 
 logger = logging.getLogger(__name__)
@@ -35,8 +34,12 @@ NANO = Decimal("0.000000001")
 COUNTER_TTL = 40 * 24 * 3600
 
 
-class BudgetExhausted(InsufficientQuota):
-    """429 insufficient_quota: the tenant's monthly budget is spent."""
+class BudgetExhausted(Exception):
+    """The tenant's monthly budget is spent (the API answers 429 insufficient_quota)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
 
 
 def spend_cache_key(tenant_id: int, salt: str, period: date) -> str:
@@ -103,8 +106,7 @@ def _budget_check_sync(tenant_id: int) -> None:
         raise BudgetExhausted(
             f"Your organization's monthly budget of {budget:.2f} {settings.BILLING_CURRENCY} "
             f"is exhausted ({spent:.2f} {settings.BILLING_CURRENCY} spent this month). "
-            "Raise the budget or wait for next month.",
-            code="insufficient_quota",
+            "Raise the budget or wait for next month."
         )
 
 
@@ -112,7 +114,7 @@ async def budget_admit(*, tenant_id: int) -> None:
     """Refuse a new request once the tenant's spend this month reaches its budget.
 
     Async (call it with ``await`` on the request path). Raises
-    ``BudgetExhausted``, a 429 ``insufficient_quota``. Costs one primary-key
+    ``BudgetExhausted`` (the API's 429 ``insufficient_quota``). Costs one primary-key
     read and one cache read. Requests admitted earlier are not affected:
     they finish and are recorded and billed, so the final spend may pass the
     budget by what was already running.

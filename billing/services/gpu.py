@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.models import GpuUsageSample, WorkerMeter
-from inference.bus.base import WorkerInfo
+from wire.workers import WorkerInfo
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from console.services.chat import (
 )
 from console.services.team import (
     api_key_set_limits,
-    member_add,
+    member_invite,
     member_remove,
     member_set_role,
 )
@@ -26,7 +26,7 @@ __all__ = [
     "chat_regenerate",
     "chat_send",
     "conversation_delete",
-    "member_add",
+    "member_invite",
     "member_remove",
     "member_set_role",
     "reply_attach",

@@ -28,14 +28,14 @@ from billing.models import UsageRecord
 from console import selectors
 from console.models import Conversation, Message
 from console.protocol import client_frame
-from inference.bus import get_bus
-from inference.bus.base import TERMINAL_EVENTS, BusUnavailable, EventType
 from inference.dispatch import cancel_request, stream_events
 from inference.errors import InvalidRequest, NotFound, ServiceUnavailable
 from inference.relay import ResponseTap, spawn
 from inference.schemas import ChatCompletionRequest
 from inference.services import completion_start
 from tenants.models import Tenant
+from wire.bus import BusUnavailable, get_bus
+from wire.events import TERMINAL_EVENTS, EventType
 
 logger = logging.getLogger(__name__)
 

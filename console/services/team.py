@@ -1,18 +1,24 @@
-"""Tenant administration: members and per-key limits.
+"""Tenant administration: invitations, members and per-key limits.
 
 Every function takes the acting admin's tenant and looks rows up within
-it, so an id from another tenant is simply not found.
+it, so an id from another tenant is simply not found. Members join only by
+invitation, which creates a new account: an existing account (another
+tenant's user, platform staff) is never attached to a tenant from here.
 """
 
 from __future__ import annotations
 
-from django.contrib.auth import get_user_model
-from django.core.exceptions import ValidationError
-from django.db import transaction
-from django.db.models import Q
+from collections.abc import Callable
 
-from tenants.models import ApiKey, Membership, Tenant
-from tenants.services import membership_create
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+from django.db import transaction
+from django.template.loader import render_to_string
+
+from tenants.models import ApiKey, Invitation, Membership, Tenant
+from tenants.services import api_key_revoke, invitation_create
 
 
 def _other_admins(tenant: Tenant, membership: Membership) -> bool:
@@ -20,38 +26,31 @@ def _other_admins(tenant: Tenant, membership: Membership) -> bool:
 
 
 @transaction.atomic
-def member_add(
+def member_invite(
     *,
     tenant: Tenant,
-    identifier: str,
-    role: str = Membership.Role.MEMBER,
-    email: str = "",
-    password: str = "",
-) -> Membership:
-    """Add the user named ``identifier`` (username or email), creating it if new.
+    email: str,
+    role: str,
+    invited_by: AbstractBaseUser,
+    link_for: Callable[[str], str],
+) -> Invitation:
+    """Create an invitation and email its link (``link_for(token)``).
 
-    A new user needs a password. A user who already belongs to a tenant
-    cannot be added: a user has exactly one tenant.
+    The same answer whether or not an account with that address exists:
+    nothing here looks one up. Sent inside the transaction, so a mail
+    failure leaves no invitation behind.
     """
-    identifier = identifier.strip()
-    if not identifier:
-        raise ValidationError({"identifier": "Enter a username or an email address."})
-    User = get_user_model()
-    user = User.objects.filter(Q(username__iexact=identifier) | Q(email__iexact=identifier)).first()
-    if user is None:
-        if not password:
-            raise ValidationError(
-                {"password": "No user is called that: set a password to create the account."}
-            )
-        if "@" in identifier and not email:
-            email = identifier
-        user = User(username=identifier, email=email)
-        user.set_password(password)
-        user.full_clean()
-        user.save()
-    elif Membership.objects.filter(user=user).exists():
-        raise ValidationError({"identifier": f"{user.get_username()} already belongs to a tenant."})
-    return membership_create(user=user, tenant=tenant, role=role)
+    invitation, token = invitation_create(
+        tenant=tenant, email=email, role=role, invited_by=invited_by
+    )
+    context = {"invitation": invitation, "link": link_for(token), "inviter": invited_by}
+    send_mail(
+        subject=f"Join {tenant.name} on the LLM platform",
+        message=render_to_string("console/invitation_email.txt", context),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        recipient_list=[invitation.email],
+    )
+    return invitation
 
 
 def _membership(tenant: Tenant, membership_id: int) -> Membership:
@@ -79,10 +78,13 @@ def member_set_role(*, tenant: Tenant, membership_id: int, role: str) -> Members
 
 @transaction.atomic
 def member_remove(*, tenant: Tenant, membership_id: int) -> None:
-    """Remove a member from the tenant (the account itself is kept)."""
+    """Remove a member from the tenant and revoke their keys (the account is kept)."""
     membership = _membership(tenant, membership_id)
     if membership.role == Membership.Role.ADMIN and not _other_admins(tenant, membership):
         raise ValidationError("A tenant needs at least one admin.")
+    # A removed member's keys stop working with their membership.
+    for api_key in ApiKey.objects.filter(tenant=tenant, owner=membership.user, revoked_at=None):
+        api_key_revoke(api_key=api_key)
     membership.delete()
 
 

@@ -7,7 +7,7 @@ A library with no Django import, usable offline like vLLM's LLM class::
     outputs = engine.generate(["Hello"], SamplingParams(max_tokens=32))
 """
 
-from gpuworkers.engine.config import AdmissionPolicy, EngineConfig, SchedulingPolicy
+from gpuworkers.engine.config import AdmissionPolicy, EngineConfig, SchedulingPolicyName
 from gpuworkers.engine.engine import LLMEngine
 from gpuworkers.engine.outputs import (
     ChoiceDelta,
@@ -28,6 +28,6 @@ __all__ = [
     "LLMEngine",
     "RequestOutput",
     "SamplingParams",
-    "SchedulingPolicy",
+    "SchedulingPolicyName",
     "TokenLogprob",
 ]

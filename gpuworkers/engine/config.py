@@ -15,7 +15,9 @@ class AdmissionPolicy(StrEnum):
     OPTIMISTIC = "optimistic"
 
 
-class SchedulingPolicy(StrEnum):
+class SchedulingPolicyName(StrEnum):
+    """Which SchedulingPolicy (engine/scheduling/) orders the work."""
+
     FCFS = "fcfs"  # arrival order only
     PRIORITY = "priority"  # higher priority first, then arrival
     FAIR = "fair"  # weighted fair share between tiers, with lending
@@ -61,13 +63,13 @@ class EngineConfig:
     max_blocks_per_request: int = 0
     enable_prefix_caching: bool = True
     admission_policy: AdmissionPolicy = AdmissionPolicy.RESERVE
-    scheduling_policy: SchedulingPolicy = SchedulingPolicy.PRIORITY
+    scheduling_policy: SchedulingPolicyName = SchedulingPolicyName.PRIORITY
     tier_weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TIER_WEIGHTS))
     num_threads: int = 0  # 0: leave torch's default
 
     def __post_init__(self) -> None:
         self.admission_policy = AdmissionPolicy(self.admission_policy)
-        self.scheduling_policy = SchedulingPolicy(self.scheduling_policy)
+        self.scheduling_policy = SchedulingPolicyName(self.scheduling_policy)
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
             raise ValueError("block_size must be a power of two")
         if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:

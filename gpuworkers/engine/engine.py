@@ -25,9 +25,9 @@ from gpuworkers.engine.outputs import (
     TokenLogprob,
 )
 from gpuworkers.engine.runtime import tune_allocator
-from gpuworkers.engine.sampler import SampleRequest, make_generator, sample
+from gpuworkers.engine.sampler import SampleResult, make_generator
 from gpuworkers.engine.sampling_params import SamplingParams
-from gpuworkers.engine.scheduler import Scheduler, SchedulerOutput
+from gpuworkers.engine.scheduling import Scheduler
 from gpuworkers.engine.sequence import Request, Sequence, SequenceStatus
 from gpuworkers.engine.tokenizer import eos_token_ids, load_tokenizer
 
@@ -118,7 +118,11 @@ class LLMEngine:
                 f"the request needs {self.kv.blocks_for(total)} KV blocks; the cap is {cap}"
             )
         request = Request(request_id, list(prompt_token_ids), params, priority, tier, cache_salt)
-        request.seqs.append(self._new_sequence(request, 0, list(prompt_token_ids)))
+        # All n choices exist from the start, but only the first computes
+        # the prompt; the scheduler forks the others off its blocks when
+        # the prompt is done.
+        for index in range(params.n):
+            request.seqs.append(self._new_sequence(request, index, list(prompt_token_ids)))
         self.requests[request_id] = request
         self.prompt_tokens_sent += len(prompt_token_ids)
         self.scheduler.add(request.seqs[0])
@@ -157,42 +161,23 @@ class LLMEngine:
         """Schedule, run the model once, sample; return this step's deltas."""
         outputs = [self._final_output(r) for r in self._aborted]
         self._aborted.clear()
-        sched = self.scheduler.schedule()
-        if sched.is_empty:
+        batch = self.scheduler.schedule()
+        if batch.is_empty:
             return outputs
-        logits = self.runner.execute(sched)
+        sampled = self.runner.execute(batch)
         self.num_steps += 1
-        for item in sched.scheduled:
-            seq, start = item.seq, item.seq.num_computed_tokens
-            self.prompt_tokens_computed += max(
-                0, min(start + item.num_new_tokens, seq.num_prompt_tokens) - start
-            )
-        self.scheduler.on_step_done(sched)
-        outputs.extend(self._postprocess(sched, logits))
+        self.prompt_tokens_computed += batch.num_prompt_tokens
+        receivers = self.scheduler.on_step_done(batch, [r.token_id for r in sampled])
+        outputs.extend(self._postprocess(receivers, sampled))
         return outputs
 
-    def _postprocess(self, sched: SchedulerOutput, logits) -> list[RequestOutput]:
+    def _postprocess(
+        self, receivers: list[Sequence], sampled: list[SampleResult]
+    ) -> list[RequestOutput]:
+        """Stop checks, text and logprobs for each new token; the step's outputs."""
         now = time.monotonic()
         deltas: dict[str, dict[int, ChoiceDelta]] = {}
-        sample_requests: list[SampleRequest] = []
-        owners: list[Sequence] = []
-        row = 0
-        for item in sched.scheduled:
-            if not item.needs_sample:
-                continue
-            seq = item.seq
-            request = seq.request
-            targets = [seq]
-            if request.params.n > 1 and not request.forked:
-                # The prompt is done: the other choices fork off its KV and
-                # draw their first token from the same logits.
-                targets.extend(self._fork_choices(seq))
-            for target in targets:
-                sample_requests.append(SampleRequest(row, request.params, target.generator))
-                owners.append(target)
-            row += 1
-        results = sample(logits, sample_requests) if sample_requests else []
-        for seq, result in zip(owners, results, strict=True):
+        for seq, result in zip(receivers, sampled, strict=True):
             self._append_token(seq, result, now, deltas)
         outputs = []
         for request_id, choices in deltas.items():
@@ -203,24 +188,11 @@ class LLMEngine:
                 del self.requests[request_id]
         return outputs
 
-    def _fork_choices(self, parent: Sequence) -> list[Sequence]:
-        request = parent.request
-        request.forked = True
-        children = []
-        for index in range(1, request.params.n):
-            child = self._new_sequence(request, index, list(parent.token_ids))
-            self.kv.fork(parent, child)
-            child.status = SequenceStatus.RUNNING
-            request.seqs.append(child)
-            self.scheduler.running.append(child)
-            children.append(child)
-        return children
-
-    def _append_token(self, seq: Sequence, result, now: float, deltas) -> None:
+    def _append_token(self, seq: Sequence, result: SampleResult, now: float, deltas) -> None:
+        """Account for the token the scheduler appended to ``seq``."""
         request = seq.request
         params = request.params
         token = result.token_id
-        seq.token_ids.append(token)
         self.generated_tokens += 1
         if request.first_token_time is None:
             request.first_token_time = now
@@ -277,10 +249,11 @@ class LLMEngine:
     def _final_output(self, request: Request) -> RequestOutput:
         self.requests.pop(request.request_id, None)
         # Held-back text is dropped on abort: it may be half a stop string.
+        # Choices not forked yet have not started and report nothing.
         choices = [
             ChoiceDelta(s.index, [], "", None, "abort")
             for s in request.seqs
-            if s.finish_reason == "abort"
+            if s.finish_reason == "abort" and (s.index == 0 or request.forked)
         ]
         return self._output(request, choices, True)
 

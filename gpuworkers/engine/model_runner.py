@@ -1,20 +1,23 @@
 """Owns the weights and the KV tensors; runs one forward pass per step.
 
+Reads only the scheduler's ScheduledBatch (a snapshot), never a Sequence.
 Every step's tokens (decodes first, then prefill chunks) are flattened into
-one batch; index tensors for attention are built once per step here, not
-per layer.
+one batch; the attention backend's metadata builder turns the batch layout
+into its index tensors once per step, not per layer. Sampling happens here
+too: the step's result is the sampled tokens, which the scheduler needs to
+finish the step.
 """
 
 from __future__ import annotations
 
 import torch
 
-from gpuworkers.engine.attention import AttentionMetadata, PrefillSpan, select_backend
-from gpuworkers.engine.attention.metadata import additive_mask
+from gpuworkers.engine.attention import CommonAttentionMetadata, select_backend
 from gpuworkers.engine.config import EngineConfig
 from gpuworkers.engine.models.config import ModelConfig
 from gpuworkers.engine.models.loader import TORCH_DTYPES
-from gpuworkers.engine.scheduler import SchedulerOutput
+from gpuworkers.engine.sampler import SampleResult, sample
+from gpuworkers.engine.scheduling.batch import CacheOps, ScheduledBatch
 
 
 class ModelRunner:
@@ -46,91 +49,65 @@ class ModelRunner:
 
     # Cache operations -----------------------------------------------------
 
-    def apply_cache_ops(self, out: SchedulerOutput) -> None:
+    def apply_cache_ops(self, ops: CacheOps) -> None:
         """Swaps and copy-on-write copies, before the step's forward pass."""
-        if out.swap_out:
-            dev, host = _pairs(out.swap_out)
+        if ops.swap_out:
+            dev, host = _pairs(ops.swap_out)
             self.host_cache[:, :, host] = self.kv_cache[:, :, dev.to(self.device)].to("cpu")
-        if out.swap_in:
-            host, dev = _pairs(out.swap_in)
+        if ops.swap_in:
+            host, dev = _pairs(ops.swap_in)
             self.kv_cache[:, :, dev.to(self.device)] = self.host_cache[:, :, host].to(self.device)
-        if out.copies:
-            src, dst = _pairs(out.copies)
+        if ops.copies:
+            src, dst = _pairs(ops.copies)
             self.kv_cache[:, :, dst.to(self.device)] = self.kv_cache[:, :, src.to(self.device)]
 
     # Forward ------------------------------------------------------------
 
-    def execute(self, out: SchedulerOutput) -> torch.Tensor | None:
-        """Run the scheduled tokens; float32 logits, one row per sampled sequence
-        in ``out.scheduled`` order (only those with ``needs_sample``)."""
-        self.apply_cache_ops(out)
-        if not out.scheduled:
-            return None
-        input_ids, positions, logits_indices, meta = self.prepare(out)
-        self.backend.plan(meta, self.dtype)
-        return self.model(input_ids, positions, self.kv_cache, meta, self.backend, logits_indices)
+    def execute(self, batch: ScheduledBatch) -> list[SampleResult]:
+        """Run one step: cache operations, the forward pass, sampling.
 
-    def prepare(self, out: SchedulerOutput):
-        bs = self.block_size
+        Returns:
+            One result per ``batch.samples`` entry, in that order.
+        """
+        self.apply_cache_ops(batch.cache_ops)
+        if not batch.seqs:
+            return []
+        input_ids, positions, logits_indices, meta = self.prepare(batch)
+        logits = self.model(input_ids, positions, self.kv_cache, meta, self.backend, logits_indices)
+        return sample(logits, batch.samples) if batch.samples else []
+
+    def prepare(self, batch: ScheduledBatch):
+        """Flat input ids, positions and logits rows, and the backend's
+        attention metadata, from the batch's per-sequence snapshots."""
         ids: list[int] = []
-        pos: list[int] = []
+        positions: list[int] = []
         slots: list[int] = []
         logits_indices: list[int] = []
-        decode_tables: list[list[int]] = []
-        decode_lens: list[int] = []
-        prefills: list[PrefillSpan] = []
-        for item in out.scheduled:
-            seq, n = item.seq, item.num_new_tokens
-            start = seq.num_computed_tokens
-            table = seq.block_table
-            query_start = len(ids)
-            ids.extend(seq.token_ids[start : start + n])
-            for p in range(start, start + n):
-                pos.append(p)
-                slots.append(table[p // bs] * bs + p % bs)
-            if item.needs_sample:
-                logits_indices.append(query_start + n - 1)
-            if n == 1:
-                decode_tables.append(table[: (start + bs) // bs])
-                decode_lens.append(start + 1)
-            else:
-                prefills.append(self._prefill_span(query_start, n, start, table))
-        meta = AttentionMetadata(
-            num_decodes=len(decode_tables),
+        query_lens: list[int] = []
+        context_lens: list[int] = []
+        tables: list[list[int]] = []
+        for item in batch.seqs:
+            n = len(item.token_ids)
+            if item.needs_logits:
+                logits_indices.append(len(ids) + n - 1)
+            ids += item.token_ids
+            positions += item.positions
+            slots += item.slot_mapping
+            query_lens.append(n)
+            context_lens.append(item.positions.start)
+            tables.append(item.block_ids)
+        common = CommonAttentionMetadata(
+            num_decodes=batch.num_decodes,
             slot_mapping=self._tensor(slots),
-            prefills=prefills,
+            query_lens=query_lens,
+            context_lens=context_lens,
+            block_tables=tables,
         )
-        if decode_tables:
-            meta.decode_block_tables = self._tensor(_pad(decode_tables))
-            meta.decode_kv_lens = self._tensor(decode_lens)
-        return (
-            self._tensor(ids),
-            self._tensor(pos),
-            self._tensor(logits_indices),
-            meta,
-        )
-
-    def _prefill_span(self, query_start: int, n: int, start: int, table: list[int]) -> PrefillSpan:
-        kv_len = start + n
-        span = PrefillSpan(
-            query_start=query_start,
-            query_len=n,
-            context_len=start,
-            block_table=self._tensor(table[: -(-kv_len // self.block_size)]),
-        )
-        if start:
-            key_pos = torch.arange(kv_len, device=self.device)
-            query_pos = torch.arange(start, kv_len, device=self.device)
-            span.bias = additive_mask(key_pos[None, :] <= query_pos[:, None])
-        return span
+        meta = self.backend.metadata_builder.build(common, self.dtype)
+        return self._tensor(ids), self._tensor(positions), self._tensor(logits_indices), meta
 
     def _tensor(self, values) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
-
-
-def _pad(tables: list[list[int]]) -> list[list[int]]:
-    width = max(len(t) for t in tables)
-    return [t + [0] * (width - len(t)) for t in tables]
 
 
 def _pairs(pairs: list[tuple[int, int]]) -> tuple[torch.Tensor, torch.Tensor]:

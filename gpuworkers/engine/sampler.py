@@ -42,7 +42,11 @@ def make_generator(seed: int | None, choice_index: int) -> torch.Generator:
 
 
 def sample(logits: torch.Tensor, requests: list[SampleRequest]) -> list[SampleResult]:
-    """One token per request; several requests may share a logits row (n > 1)."""
+    """One token per request; several requests may share a logits row (n > 1).
+
+    ``requests`` may be anything with ``row``, ``params`` and ``generator``
+    (the engine passes the batch's ``SampleInput`` entries).
+    """
     logits = logits.float().cpu()
     results: list[SampleResult | None] = [None] * len(requests)
     greedy = [i for i, r in enumerate(requests) if r.params.greedy]

@@ -1,8 +1,9 @@
 """Per-request and per-sequence state.
 
-A request asks for ``n`` choices. It starts as one sequence that computes
-the prompt; when the prompt is done the other ``n - 1`` choices are forked
-from it and share its KV blocks copy-on-write.
+A request asks for ``n`` choices, one sequence each. Only the first is
+queued and computes the prompt; when the prompt is done the scheduler forks
+the other ``n - 1`` from it (they share its KV blocks copy-on-write) and
+they run from then on.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ class Request:
     arrival_time: float = field(default_factory=time.monotonic)
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
+    # All n choices, by index. Until ``forked`` the siblings of seqs[0] are
+    # WAITING in no queue: they hold nothing and are never scheduled.
     seqs: list[Sequence] = field(default_factory=list)
     # Set once the n-1 sibling choices have been forked from seqs[0].
     forked: bool = False
@@ -93,6 +96,6 @@ class Request:
 
     @property
     def is_finished(self) -> bool:
-        # Siblings are forked on the parent's first sample, before any
-        # choice can finish, so "all sequences finished" is the whole test.
+        # Siblings exist (unfinished) from the start, so "all sequences
+        # finished" is the whole test.
         return bool(self.seqs) and all(s.is_finished for s in self.seqs)

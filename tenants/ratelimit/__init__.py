@@ -12,7 +12,7 @@ this process (MemoryLimiter).
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from asgiref.sync import sync_to_async
@@ -110,34 +110,21 @@ def limits_for_tenant(tenant: Tenant) -> Limits:
     )
 
 
-def _month_start_utc(period: str) -> datetime:
-    return datetime(int(period[:4]), int(period[4:]), 1, tzinfo=UTC)
-
-
-def quota_used_from_records(*, tenant_id: int, period: str) -> int:
-    """Tokens the tenant's usage records hold for the month ``period``."""
-    # Imported here so the limiters stay usable without Django set up.
-    from billing.selectors import usage_totals
-    from tenants.models import Tenant
-
-    # usage_totals only filters on the tenant: an unsaved instance with the pk suffices.
-    tenant = Tenant(pk=tenant_id)
-    return usage_totals(tenant=tenant, since=_month_start_utc(period))["total_tokens"]
-
-
-async def rate_limit_admit(*, ticket: Ticket, limits: Limits, tokens: int) -> Decision:
+async def rate_limit_admit(
+    *, ticket: Ticket, limits: Limits, tokens: int, quota_used: Callable[..., int]
+) -> Decision:
     """Check and take one request reserving ``tokens``; see ``Decision.admitted``.
 
-    The month's counter is seeded from the usage records the first time a
-    tenant calls in a month (or after Redis lost it): one extra round trip.
+    The month's counter is seeded the first time a tenant calls in a month
+    (or after Redis lost it) from ``quota_used(tenant_id=..., period="YYYYMM")``,
+    the tokens its usage records hold for that month (billing knows them;
+    the caller passes the lookup in): one extra round trip.
     """
     limiter = get_limiter()
     admit = sync_to_async(limiter.admit, thread_sensitive=False)
     snapshot = await admit(ticket=ticket, limits=limits, tokens=tokens)
     if snapshot.outcome == NEEDS_SEED:
-        seed = await sync_to_async(quota_used_from_records)(
-            tenant_id=ticket.tenant_id, period=ticket.period
-        )
+        seed = await sync_to_async(quota_used)(tenant_id=ticket.tenant_id, period=ticket.period)
         snapshot = await admit(ticket=ticket, limits=limits, tokens=tokens, quota_seed=seed)
     return decision_from(snapshot, limits)
 

@@ -5,6 +5,7 @@ from datetime import date
 import pytest
 from django.urls import reverse
 
+from billing.models import Price
 from billing.services import invoice_issue, usage_record_create
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.tenants.admin_urls")]
@@ -52,10 +53,25 @@ def test_an_invoice_shows_whether_it_reproduces(
     assert admin_client.get(reverse("admin:billing_invoice_add")).status_code == 403
 
 
-def test_a_price_cannot_be_edited_once_saved(admin_client, price_factory):
-    """A price change is a new row: the saved one's fields are read-only."""
+def test_a_price_cannot_be_edited_once_saved(admin_client, price_factory, tiers):
+    """A price change is a new row: the saved one's fields are read-only, so a
+    complete, valid change form is accepted yet changes none of them."""
     price = price_factory("pro", date(2025, 1, 1), "1", "1", "1")
+    before = Price.objects.values().get(pk=price.pk)
     change = reverse("admin:billing_price_change", args=[price.pk])
-    admin_client.post(change, {"prompt_per_million": "9", "effective_from": "2025-01-01"})
-    price.refresh_from_db()
-    assert price.prompt_per_million == 1
+    # Every field of the price form, each with a new valid value: were the
+    # fields editable, this form would be saved and change every one of them.
+    form = {
+        "model": "other-model",
+        "tier": tiers["enterprise"].pk,
+        "effective_from": "2025-02-01",
+        "prompt_per_million": "9",
+        "cached_prompt_per_million": "8",
+        "completion_per_million": "7",
+        "_save": "Save",
+    }
+    response = admin_client.post(change, form)
+    # Saved and redirected, not re-shown with errors: the form was complete.
+    assert response.status_code == 302
+    assert response.url == reverse("admin:billing_price_changelist")
+    assert Price.objects.values().get(pk=price.pk) == before

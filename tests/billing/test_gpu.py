@@ -13,10 +13,12 @@ from django.utils import timezone
 from billing.models import GpuUsageSample, UsageRecord
 from billing.selectors.reports import gpu_cost_report, gpu_cost_totals
 from billing.services import gpu_usage_sample, usage_record_create
-from inference.bus.base import GenerationRequest, WorkerInfo, WorkerState
 from inference.dispatch import cancel_request, dispatch_request, stream_events
 from tests.gpuworkers.buses import make_buses, uid
 from tests.gpuworkers.conftest import MODEL
+from tests.helpers import wait_until
+from wire.requests import GenerationRequest
+from wire.workers import WorkerInfo, WorkerState
 
 pytestmark = pytest.mark.django_db
 DAY = date(2025, 6, 1)
@@ -122,12 +124,26 @@ def test_cost_report_of_a_recorded_demo_model_run(serve, prompt_ids, tenant_fact
     bus, worker_bus = make_buses("memory")
     started = time.monotonic()
     loop = serve(worker_bus, hourly_price="2.50", heartbeat_interval=0.2)
-    time.sleep(0.5)  # idle: ready, no work
+
+    def beat_with_idle(seconds: float):
+        """Waits until the worker's heartbeat reports at least ``seconds`` idle."""
+
+        def check() -> WorkerInfo | None:
+            beat = next(
+                (w for w in asyncio.run(_workers(bus)) if w.worker_id == loop.worker_id), None
+            )
+            return beat if beat and beat.extra["idle_seconds"] >= seconds else None
+
+        return wait_until(check, timeout=60, interval=0.1, message=f"{seconds}s idle reported")
+
+    beat_with_idle(0.3)  # idle: ready, no work
     prompts = [prompt_ids(text) for text in ("Name a color.", "Count to three.", "Tell a story.")]
     terminals = asyncio.run(_run_requests(bus, prompts))
     first = asyncio.run(_workers(bus))
     assert gpu_usage_sample(workers=first) == 1
-    time.sleep(0.6)  # more idle time, then a second interval
+    (first_beat,) = [w for w in first if w.worker_id == loop.worker_id]
+    # More idle time, then a second interval.
+    beat_with_idle(first_beat.extra["idle_seconds"] + 0.3)
     last = asyncio.run(_workers(bus))
     assert gpu_usage_sample(workers=last) == 1
     elapsed = time.monotonic() - started

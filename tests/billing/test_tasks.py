@@ -18,10 +18,10 @@ from django.utils import timezone
 from billing import tasks
 from billing.models import DailyUsage, GpuUsageSample
 from config.celery_app import app
-from inference.bus.base import WorkerInfo, WorkerState
-from inference.bus.redis_bus import RedisWorkerBus
 from tests.gpuworkers.buses import uid
 from tests.redis_helpers import celery_test_url
+from wire.bus.redis_bus import RedisWorkerBus
+from wire.workers import WorkerInfo, WorkerState
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 TIMEOUT = 60

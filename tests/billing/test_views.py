@@ -13,7 +13,7 @@ import pytest
 from django.urls import reverse
 
 from billing.services import daily_usage_rollup, gpu_usage_sample, invoice_issue
-from inference.bus.base import WorkerInfo, WorkerState
+from wire.workers import WorkerInfo, WorkerState
 
 pytestmark = pytest.mark.django_db
 DAY = date(2025, 6, 1)

@@ -21,17 +21,8 @@ from django.conf import settings as django_settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.sessions.backends.db import SessionStore
 
+from fleet.selectors import served_model_dir
 from gpuworkers.engine.tokenizer import load_tokenizer
-from inference.bus import get_worker_bus
-from inference.bus.base import EventType, GenerationRequest, WorkerInfo, WorkerState
-from inference.bus.events import (
-    created_event,
-    delta_event,
-    metrics_body,
-    terminal_event,
-    usage_body,
-)
-from inference.selectors import served_model_dir
 from tests.inference.conftest import (  # noqa: F401  (fixtures)
     DEMO,
     close_db_threads,
@@ -39,6 +30,17 @@ from tests.inference.conftest import (  # noqa: F401  (fixtures)
     memory_bus,
     worker_factory,
 )
+from wire.bus import get_worker_bus
+from wire.events import (
+    EventType,
+    created_event,
+    delta_event,
+    metrics_body,
+    terminal_event,
+    usage_body,
+)
+from wire.requests import GenerationRequest
+from wire.workers import WorkerInfo, WorkerState
 
 
 @dataclass

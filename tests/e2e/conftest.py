@@ -91,7 +91,7 @@ def wait_for_http(base_url: str, procs: Processes, timeout: float = START_TIMEOU
 
 
 def wait_for_worker(worker_id: str, procs: Processes, timeout: float = START_TIMEOUT) -> None:
-    from inference.bus.redis_bus import RedisBus
+    from wire.bus.redis_bus import RedisBus
 
     async def poll() -> bool:
         bus = RedisBus(redis_url())
@@ -136,10 +136,10 @@ class Topology:
 
 @pytest.fixture(scope="module")
 def topology(django_db_setup, django_db_blocker, tmp_path_factory):
-    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
         pytest.skip("the multi-process topology needs DATABASE_URL (PostgreSQL)")
     from billing.models import UsageRecord
-    from inference.services import served_model_register
+    from fleet.services import served_model_register
     from tenants.models import Tenant
     from tenants.services import api_key_create, tenant_create, tier_seed_defaults
 

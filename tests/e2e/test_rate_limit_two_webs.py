@@ -59,9 +59,9 @@ class TwoWebs:
 
 @pytest.fixture(scope="module")
 def two_webs(django_db_setup, django_db_blocker, tmp_path_factory):
-    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
         pytest.skip("two web processes need DATABASE_URL (PostgreSQL)")
-    from inference.services import served_model_register
+    from fleet.services import served_model_register
     from tenants.models import Tenant
     from tenants.services import api_key_create, tenant_create, tier_seed_defaults
 

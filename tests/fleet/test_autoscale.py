@@ -8,8 +8,8 @@ import pytest
 
 from fleet import autoscale
 from fleet.autoscale import scale_signal
-from fleet.snapshot import DeploymentSpec, RoutingThresholds, Snapshot
-from inference.bus.base import WorkerInfo, WorkerState
+from wire.snapshot import DeploymentSpec, RoutingThresholds, Snapshot
+from wire.workers import WorkerInfo, WorkerState
 
 
 @pytest.fixture(autouse=True)

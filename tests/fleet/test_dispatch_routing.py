@@ -7,10 +7,10 @@ import time
 import pytest
 
 from fleet import services
-from inference.bus.base import WorkerInfo, WorkerState
-from inference.bus.memory_bus import MemoryBus
 from tests.fleet.traffic import Traffic
 from tests.gpuworkers.conftest import MODEL
+from wire.bus.memory_bus import MemoryBus
+from wire.workers import WorkerInfo, WorkerState
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

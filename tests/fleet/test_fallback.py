@@ -67,3 +67,44 @@ def test_outboxed_usage_is_written_once_when_the_database_is_back(tenant_factory
     assert usage_outbox_size() == 0
     record = UsageRecord.objects.get(response_id=fields["response_id"])
     assert (record.cached_tokens, record.model_version) == (4, "v1")
+
+
+def test_a_wrong_secret_never_tombstones_the_real_key(api_key_factory):
+    """Auth-cache poisoning: anyone can read a prefix in a screenshot and send
+    it with a made-up secret. The database refuses that key, but the real
+    key's cached entry must survive it, so the real key still works when
+    PostgreSQL goes down; the refused key itself stays refused."""
+    services.snapshot_publish()
+    api_key, raw = api_key_factory(tier="pro")
+    auth_cache_remember(api_key=api_key_authenticate(raw_key=raw))
+    forged = f"{api_key.prefix}.{'A' * 43}"
+    assert api_key_authenticate(raw_key=forged) is None
+    auth_cache_forget(raw_key=forged)  # what the API does after the refusal
+
+    assert auth_cache_authenticate(raw_key=raw).pk == api_key.pk
+    assert auth_cache_authenticate(raw_key=forged) is None
+
+
+def test_a_revoked_key_is_tombstoned_and_an_expired_one_refused(api_key_factory):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tenants.services import api_key_revoke
+
+    services.snapshot_publish()
+    revoked, raw_revoked = api_key_factory(tier="pro")
+    auth_cache_remember(api_key=api_key_authenticate(raw_key=raw_revoked))
+    api_key_revoke(api_key=revoked)
+    assert api_key_authenticate(raw_key=raw_revoked) is None
+    auth_cache_forget(raw_key=raw_revoked)
+    assert auth_cache_authenticate(raw_key=raw_revoked) is None
+
+    expiring, raw_expiring = api_key_factory(
+        tier="pro", expires_at=timezone.now() + timedelta(seconds=60)
+    )
+    auth_cache_remember(api_key=api_key_authenticate(raw_key=raw_expiring))
+    assert auth_cache_authenticate(raw_key=raw_expiring).pk == expiring.pk
+    expiring.expires_at = timezone.now() - timedelta(seconds=1)
+    auth_cache_remember(api_key=expiring)
+    assert auth_cache_authenticate(raw_key=raw_expiring) is None

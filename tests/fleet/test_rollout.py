@@ -17,15 +17,17 @@ from celery.contrib.testing.worker import start_worker
 
 from config.celery_app import app as celery_app
 from fleet.models import Deployment, Rollout
+from fleet.snapshot import snapshot_current
 from fleet.tasks import rollout_begin
 from gpuworkers.engine import LLMEngine
 from gpuworkers.engine.convert_gguf import ensure_demo_model
 from gpuworkers.worker import WorkerLoop
-from inference.bus.memory_bus import MemoryBus
 from tests.fleet.traffic import Traffic
 from tests.gpuworkers.buses import uid
 from tests.gpuworkers.conftest import MODEL
+from tests.helpers import wait_until
 from tests.redis_helpers import celery_test_url
+from wire.bus.memory_bus import MemoryBus
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -101,17 +103,58 @@ def _wait_until_finished(rollout_id: int, traffic: Traffic, timeout: float = 90)
 
 
 def _after(traffic: Traffic, count: int, timeout: float = 60) -> list[tuple[str, str, str]]:
-    """The next ``count`` results once the final snapshot is in effect."""
-    time.sleep(0.5)  # requests already in flight were routed by the old one
-    start = len(traffic.results)
-    deadline = time.monotonic() + timeout
-    while len(traffic.results) < start + count and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return traffic.since(start)
+    """At least ``count`` results, all of requests dispatched under the final snapshot.
+
+    Fenced, not timed: first this process must route by the final snapshot
+    (the rollout's outcome is published on commit, a moment after its state
+    is saved); then ``traffic`` stops, so every request an older snapshot
+    routed has finished; then a fresh population runs until ``count`` of its
+    requests are done. Its results and errors are added to ``traffic``'s.
+    """
+
+    def final_snapshot_in_effect() -> bool:
+        snapshot = snapshot_current(max_age=0)
+        if snapshot is None or snapshot.rollout_of(traffic.model) is not None:
+            return False
+        rows = Deployment.objects.filter(model_name=traffic.model).exclude(
+            state=Deployment.State.RETIRED
+        )
+        published = {d.version: d.traffic_weight for d in snapshot.deployments_of(traffic.model)}
+        return published == dict(rows.values_list("version", "traffic_weight"))
+
+    wait_until(final_snapshot_in_effect, timeout=timeout, message="final snapshot in effect")
+    traffic.stop()
+    fresh = Traffic(
+        traffic.bus,
+        traffic.model,
+        traffic.tenant_id,
+        traffic.prompt,
+        concurrency=traffic.concurrency,
+    ).start()
+    try:
+        wait_until(
+            lambda: len(fresh.results) >= count,
+            timeout=timeout,
+            interval=0.2,
+            message=f"{count} requests under the final snapshot",
+        )
+    finally:
+        fresh.stop()
+        traffic.results.extend(fresh.results)
+        traffic.errors.extend(fresh.errors)
+    return list(fresh.results)
 
 
 def _setup(
-    bus, engine, canary_engine, serve_version, tenant_factory, prompt_ids, settings, broken=None
+    bus,
+    engine,
+    canary_engine,
+    serve_version,
+    tenant_factory,
+    prompt_ids,
+    settings,
+    broken=None,
+    shadow_allowed=False,
 ):
     from fleet import services
 
@@ -124,12 +167,19 @@ def _setup(
         canary_engine.config.max_blocks_per_request = 1
     prompt = prompt_ids("Name one colour of the rainbow.")
     assert len(prompt) > 16  # longer than the broken canary's one-block cap
-    return Traffic(bus, MODEL, tenant_factory().pk, prompt, concurrency=4).start()
+    tenant = tenant_factory()
+    if shadow_allowed:
+        tenant.shadow_opt_in = True
+        tenant.save(update_fields=["shadow_opt_in"])
+    traffic = Traffic(bus, MODEL, tenant.pk, prompt, concurrency=4, shadow_allowed=shadow_allowed)
+    return traffic.start()
 
 
 def test_a_healthy_canary_ramps_to_all_traffic(
     celery_worker, engine, canary_engines, serve_version, tenant_factory, prompt_ids, settings
 ):
+    """Every step passes its guardrails: v2 ends with all the weight, v1 on warm
+    standby, and every request dispatched afterwards is served by v2."""
     bus = MemoryBus()
     traffic = _setup(
         bus, engine, canary_engines["healthy"], serve_version, tenant_factory, prompt_ids, settings
@@ -158,6 +208,9 @@ def test_a_healthy_canary_ramps_to_all_traffic(
 def test_a_canary_failing_its_guardrail_is_rolled_back_without_failing_stable_requests(
     celery_worker, engine, canary_engines, serve_version, tenant_factory, prompt_ids, settings
 ):
+    """A canary whose requests fail breaches the error-rate guardrail: rolled back
+    to v1 with all the weight; v1 never failed a request, and every request
+    dispatched afterwards is served by v1."""
     bus = MemoryBus()
     broken = canary_engines["broken"]
     traffic = _setup(
@@ -196,7 +249,14 @@ def test_shadow_mode_runs_stable_requests_on_the_canary_too_and_keeps_both_outpu
 
     bus = MemoryBus()
     traffic = _setup(
-        bus, engine, canary_engines["healthy"], serve_version, tenant_factory, prompt_ids, settings
+        bus,
+        engine,
+        canary_engines["healthy"],
+        serve_version,
+        tenant_factory,
+        prompt_ids,
+        settings,
+        shadow_allowed=True,
     )
     try:
         # Nobody advances it: the canary keeps 1% of traffic, and shadows the rest.
@@ -210,6 +270,7 @@ def test_shadow_mode_runs_stable_requests_on_the_canary_too_and_keeps_both_outpu
         traffic.stop()
     pairs = list(ShadowComparison.objects.filter(rollout=rollout))
     assert len(pairs) >= 3
+    assert {pair.tenant_id for pair in pairs} == {traffic.tenant_id}
     for pair in pairs:
         assert (pair.stable_version, pair.canary_version) == ("v1", "v2")
         assert pair.stable_status == pair.canary_status == "completed"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from fleet.router import Policy, route, version_pools
-from fleet.snapshot import DeploymentSpec, RoutingThresholds, Snapshot
-from inference.bus.base import WorkerInfo, WorkerState
+from wire.snapshot import DeploymentSpec, RoutingThresholds, Snapshot
+from wire.workers import WorkerInfo, WorkerState
 
 MODEL = "m"
 

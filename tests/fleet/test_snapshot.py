@@ -10,14 +10,9 @@ import redis
 from fleet import services
 from fleet.models import Deployment
 from fleet.selectors import catalog_model_get
-from fleet.snapshot import (
-    SnapshotInvalid,
-    snapshot_current,
-    snapshot_parse,
-    snapshot_reader_status,
-    snapshot_store_raw,
-)
-from inference.services import served_model_register
+from fleet.services import served_model_register
+from fleet.snapshot import snapshot_current, snapshot_reader_status, snapshot_store_raw
+from wire.snapshot import SnapshotInvalid, snapshot_parse
 
 pytestmark = pytest.mark.django_db
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from inference.bus import get_worker_bus, reset_buses
-from inference.bus.base import WorkerInfo, WorkerState
 from tests.gpuworkers.buses import uid
+from wire.bus import get_worker_bus, reset_buses
+from wire.workers import WorkerInfo, WorkerState
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
@@ -30,6 +30,14 @@ def registered(settings):
 
 
 async def test_the_signal_needs_the_token_or_a_staff_session(async_client, registered):
+    """403 without the token or with a wrong one; with it, the model's signal.
+
+    The set-up implies the action: no snapshot is published (the fleet
+    conftest's fresh key), so no deployment sets a replica floor and the
+    floor is one replica, with no warm reserve; the READY replica holds no
+    tokens and has no queue. One replica is wanted, two are up or warming:
+    scale_down by one.
+    """
     model, _ = registered
     assert (await async_client.get("/fleet/signal")).status_code == 403
     wrong = await async_client.get("/fleet/signal", headers={"Authorization": "Bearer nope"})
@@ -40,7 +48,9 @@ async def test_the_signal_needs_the_token_or_a_staff_session(async_client, regis
     assert response.status_code == 200
     signal = next(s for s in response.json()["models"] if s["model"] == model)
     assert (signal["ready"], signal["warming"]) == (1, 1)
-    assert signal["action"] in {"hold", "scale_up", "scale_down"}
+    assert (signal["admitted_tokens"], signal["queue_age_seconds"]) == (0, 0.0)
+    assert (signal["desired_replicas"], signal["delta"]) == (1, -1)
+    assert signal["action"] == "scale_down"
 
 
 async def test_the_fleet_view_shows_each_replica_state(async_client, registered, admin_user):

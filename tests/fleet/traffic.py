@@ -18,8 +18,9 @@ from asgiref.sync import sync_to_async
 
 from billing.services import usage_record_create
 from gpuworkers.engine.sampling_params import SamplingParams
-from inference.bus.base import Bus, GenerationRequest
 from inference.dispatch import dispatch_request, wait_for_terminal
+from wire.bus import Bus
+from wire.requests import GenerationRequest
 
 
 @dataclass
@@ -29,6 +30,8 @@ class Traffic:
     tenant_id: int
     prompt: list[int]
     concurrency: int = 3
+    # The tenant opted in to shadow comparisons (Tenant.shadow_opt_in).
+    shadow_allowed: bool = False
     # (version, terminal type, worker id) per finished request, in order.
     results: list[tuple[str, str, str]] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
@@ -71,7 +74,9 @@ class Traffic:
             tier="pro",
             tenant_id=self.tenant_id,
         )
-        worker = await dispatch_request(request, bus=self.bus, routing_key=conversation)
+        worker = await dispatch_request(
+            request, bus=self.bus, routing_key=conversation, shadow_allowed=self.shadow_allowed
+        )
         terminal = await wait_for_terminal(
             request.response_id, worker_id=worker.worker_id, bus=self.bus, timeout=60
         )

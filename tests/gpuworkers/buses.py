@@ -12,10 +12,10 @@ import uuid
 
 import pytest
 
-from inference.bus.memory_bus import MemoryBus
-from inference.bus.redis_bus import RedisBus, RedisWorkerBus
 from tests.redis_helpers import redis_test_url as shared_redis_test_url
 from tests.redis_helpers import redis_up
+from wire.bus.memory_bus import MemoryBus
+from wire.bus.redis_bus import RedisBus, RedisWorkerBus
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/2"
 # Nothing listens here: connection refused at once.

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
-from inference.bus.base import GenerationRequest
-from inference.bus.redis_bus import RedisBus
 from inference.dispatch import dispatch_request, stream_events
 from tests.gpuworkers.buses import needs_redis, redis_test_url, uid
+from wire.bus.redis_bus import RedisBus
+from wire.requests import GenerationRequest
 
 pytestmark = [needs_redis, pytest.mark.slow, pytest.mark.asyncio]
 

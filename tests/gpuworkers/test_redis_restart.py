@@ -14,11 +14,12 @@ import time
 import pytest
 import redis
 
-from inference.bus.base import BusUnavailable, GenerationRequest
-from inference.bus.redis_bus import RedisBus, RedisWorkerBus
 from inference.dispatch import dispatch_request, stream_events
 from tests.gpuworkers.buses import uid
 from tests.gpuworkers.conftest import MODEL
+from wire.bus import BusUnavailable
+from wire.bus.redis_bus import RedisBus, RedisWorkerBus
+from wire.requests import GenerationRequest
 
 pytestmark = [
     pytest.mark.slow,

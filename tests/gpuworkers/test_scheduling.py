@@ -1,56 +1,75 @@
-"""The engine's scheduling options come from settings and the tiers:
-the control snapshot's when one is published, else the Tier rows."""
+"""A worker's scheduling options: the snapshot's tier weights win, the
+weights it was started with stand in without one, else the engine's."""
 
 from __future__ import annotations
 
-import uuid
+import time
 
 import pytest
 
-from fleet.services import snapshot_publish
-from fleet.snapshot import snapshot_reset
-from gpuworkers.scheduling import engine_scheduling_options
+from gpuworkers.scheduling import engine_scheduling_options, tier_weights_parse
+from wire.snapshot import RoutingThresholds, Snapshot, TierSettings
 
 
-@pytest.fixture(autouse=True)
-def private_snapshot(settings):
-    """No snapshot until a test publishes one, on a key of its own."""
-    settings.FLEET_SNAPSHOT_KEY = f"test-sched-{uuid.uuid4().hex[:10]}:snapshot"
-    settings.FLEET_SNAPSHOT_REFRESH = 0.0
-    snapshot_reset()
-    yield
-    snapshot_reset()
+def _snapshot(**weights: float) -> Snapshot:
+    tiers = {
+        name: TierSettings(
+            name=name,
+            display_name=name,
+            rpm=1,
+            tpm=1,
+            monthly_token_quota=1,
+            max_context_tokens=1,
+            max_output_tokens=1,
+            max_concurrent_requests=1,
+            scheduling_weight=weight,
+            priority=0,
+            queue_sla_seconds=1,
+            api_access=True,
+        )
+        for name, weight in weights.items()
+    }
+    return Snapshot(version=1, published_at=time.time(), routing=RoutingThresholds(), tiers=tiers)
 
 
-def test_the_published_snapshot_wins_over_the_rows(tiers, settings):
-    settings.ENGINE_SCHEDULING_POLICY = "fair"
-    tiers["pro"].scheduling_weight = "0.40"
-    tiers["pro"].save()
-    snapshot_publish()
-    # Rows changed after the publish stay invisible until the next one.
-    tiers["pro"].scheduling_weight = "0.20"
-    tiers["pro"].save()
-    assert engine_scheduling_options()["tier_weights"]["pro"] == 0.4
+def test_the_snapshot_wins_over_the_start_up_weights():
+    options = engine_scheduling_options(
+        "fair", snapshot=_snapshot(pro=0.4, free=0.1), fallback_weights={"pro": 0.9}
+    )
+    assert options == {"scheduling_policy": "fair", "tier_weights": {"pro": 0.4, "free": 0.1}}
 
 
-def test_fair_share_by_default_with_the_tier_rows_weights(tiers, settings):
-    settings.ENGINE_SCHEDULING_POLICY = "fair"
-    tiers["pro"].scheduling_weight = "0.40"
-    tiers["pro"].save()
-    options = engine_scheduling_options()
-    assert options["scheduling_policy"] == "fair"
-    assert options["tier_weights"] == {"enterprise": 0.5, "pro": 0.4, "free": 0.15}
+def test_start_up_weights_stand_in_without_a_snapshot():
+    options = engine_scheduling_options("fair", snapshot=None, fallback_weights={"pro": 0.9})
+    assert options["tier_weights"] == {"pro": 0.9}
 
 
-def test_an_explicit_policy_wins_and_fcfs_needs_no_weights(tiers, settings):
-    settings.ENGINE_SCHEDULING_POLICY = "fair"
-    assert engine_scheduling_options("fcfs") == {"scheduling_policy": "fcfs"}
+def test_a_snapshot_without_positive_weights_falls_back():
+    options = engine_scheduling_options(
+        "fair", snapshot=_snapshot(pro=0.0), fallback_weights={"pro": 0.9}
+    )
+    assert options["tier_weights"] == {"pro": 0.9}
 
 
-def test_no_tier_rows_leaves_the_engine_defaults(db, settings):
-    """Without rows the engine keeps its built-in weights (no tier_weights)."""
-    from tenants.models import Tier
+def test_neither_leaves_the_engine_defaults_and_fcfs_needs_no_weights():
+    assert engine_scheduling_options("fair", snapshot=None) == {"scheduling_policy": "fair"}
+    assert engine_scheduling_options("fcfs", snapshot=_snapshot(pro=0.4)) == {
+        "scheduling_policy": "fcfs"
+    }
 
-    Tier.objects.all().delete()
-    settings.ENGINE_SCHEDULING_POLICY = "fair"
-    assert engine_scheduling_options() == {"scheduling_policy": "fair"}
+
+def test_tier_weights_parse_reads_the_command_line_form():
+    assert tier_weights_parse("enterprise=0.5, pro=0.35,free=0.15") == {
+        "enterprise": 0.5,
+        "pro": 0.35,
+        "free": 0.15,
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "fault"),
+    [("pro", "TIER=WEIGHT"), ("pro=x", "not a number"), ("pro=0", "positive"), ("=1", "TIER")],
+)
+def test_tier_weights_parse_names_the_fault(text, fault):
+    with pytest.raises(ValueError, match=fault):
+        tier_weights_parse(text)

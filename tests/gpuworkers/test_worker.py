@@ -9,10 +9,10 @@ import time
 import pytest
 
 from gpuworkers.engine import SamplingParams
-from inference.bus.base import GenerationRequest
 from inference.dispatch import cancel_request, dispatch_request, stream_events
 from tests.gpuworkers.buses import BUS_KINDS, make_buses, uid
 from tests.gpuworkers.conftest import MODEL
+from wire.requests import GenerationRequest
 
 
 @pytest.fixture(autouse=True)

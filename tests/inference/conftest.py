@@ -20,9 +20,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from inference.bus import get_worker_bus, reset_buses
-from inference.bus.base import EventType, GenerationRequest, WorkerInfo, WorkerState
-from inference.bus.events import (
+from fleet.services import served_model_register
+from wire.bus import get_worker_bus, reset_buses
+from wire.events import (
+    EventType,
     created_event,
     delta_event,
     error_body,
@@ -30,7 +31,8 @@ from inference.bus.events import (
     terminal_event,
     usage_body,
 )
-from inference.services import served_model_register
+from wire.requests import GenerationRequest
+from wire.workers import WorkerInfo, WorkerState
 
 DEMO = "smollm2-135m-instruct"
 

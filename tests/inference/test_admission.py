@@ -14,9 +14,10 @@ from inference.admission import (
     admission_check,
     estimate_wait,
 )
-from inference.bus.base import GenerationRequest, WorkerInfo, WorkerState
 from inference.dispatch import dispatch_request
 from tests.gpuworkers.buses import make_buses, uid
+from wire.requests import GenerationRequest
+from wire.workers import WorkerInfo, WorkerState
 
 WEIGHTS = {"enterprise": 0.50, "pro": 0.35, "free": 0.15}
 

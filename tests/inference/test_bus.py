@@ -8,11 +8,20 @@ import time
 
 import pytest
 
-from inference.bus.base import EventType, GenerationRequest, WorkerInfo, WorkerState
-from inference.bus.events import created_event, delta_event, error_body, terminal_event
 from tests.gpuworkers.buses import BUS_KINDS, make_buses, uid
+from tests.helpers import async_wait_until
+from wire.events import EventType, created_event, delta_event, error_body, terminal_event
+from wire.requests import GenerationRequest
+from wire.workers import WorkerInfo, WorkerState
 
 pytestmark = pytest.mark.parametrize("kind", BUS_KINDS)
+
+# A blocking read or poll long enough that "returned early" and "ran to its
+# block" are seconds apart, however loaded the machine (the Redis bus caps
+# one wait at 5 s, MAX_BLOCK_MS).
+BLOCK_MS = 5000
+# Returned well before BLOCK_MS: woken by the event, not by the timeout.
+EARLY_S = 0.8 * BLOCK_MS / 1000
 
 
 def _delta(seq: int, text: str) -> dict:
@@ -55,19 +64,20 @@ async def test_events_arrive_in_order_and_resume_after_any_seq(kind):
 
 @pytest.mark.asyncio
 async def test_read_waits_for_the_first_event_and_returns_early(kind):
-    """A blocking read returns as soon as the worker publishes, not at block_ms."""
+    """A blocking read returns as soon as the worker publishes, not at block_ms;
+    block_ms=0 does not block at all (XREAD BLOCK 0 would wait forever)."""
     bus, worker_bus = make_buses(kind)
     rid = uid("resp")
     first = _events(rid, 0, None)[0]
+    # The delay only lets the read start blocking before the event exists; a
+    # late reader finds the event at once, and the assertions hold either way.
     timer = threading.Timer(0.3, worker_bus.publish, (rid, first))
+    started = time.monotonic()
     timer.start()
-    started = time.monotonic()
-    events = await bus.read_events(rid, 0, 3000)
+    events = await bus.read_events(rid, 0, BLOCK_MS)
     assert events == [first]
-    assert time.monotonic() - started < 2.0
-    started = time.monotonic()
-    assert await bus.read_events(rid, 1, 0) == []
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < EARLY_S
+    assert await asyncio.wait_for(bus.read_events(rid, 1, 0), timeout=30) == []
     await bus.close()
 
 
@@ -85,6 +95,8 @@ async def test_submitted_requests_and_aborts_reach_the_worker_once(kind):
     assert requests[0].sampling == {"max_tokens": 4, "temperature": 0.0, "stop": ["\n"]}
     assert (requests[0].cache_salt, requests[0].tenant_id) == ("salt", 7)
     assert aborts == [r1]
+    # "Nothing arrives within block_ms" is the behaviour here, so the poll's
+    # own wait is measured: a lower bound, which a slow machine only exceeds.
     started = time.monotonic()
     assert worker_bus.poll(wid, 200) == ([], [])
     assert time.monotonic() - started >= 0.15
@@ -98,14 +110,17 @@ async def test_poll_wakes_up_when_a_request_arrives(kind):
     wid, rid = uid("w"), uid("r")
     worker_bus.register(WorkerInfo(worker_id=wid, model="m", state=WorkerState.READY))
     got: list = []
-    poller = threading.Thread(target=lambda: got.append(worker_bus.poll(wid, 3000)))
-    poller.start()
-    await asyncio.sleep(0.2)
     started = time.monotonic()
+    poller = threading.Thread(target=lambda: got.append(worker_bus.poll(wid, BLOCK_MS)))
+    poller.start()
+    # Only lets the poller start blocking before the request exists; a late
+    # poller finds the request at once, and the assertions hold either way.
+    await asyncio.sleep(0.2)
     await bus.submit(wid, _request(rid))
-    await asyncio.to_thread(poller.join, 5)
+    await asyncio.to_thread(poller.join, 30)
+    assert got, "poll did not return"
     assert [r.response_id for r in got[0][0]] == [rid]
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < EARLY_S
     await bus.close()
 
 
@@ -199,14 +214,23 @@ async def test_worker_finish_racing_publish_if_open_ends_exactly_once(kind):
 
 @pytest.mark.asyncio
 async def test_finished_streams_expire_after_the_response_ttl(kind):
-    """A finished stream stays readable for resumes, then goes away."""
-    bus, worker_bus = make_buses(kind, response_ttl=1)
+    """A finished stream stays readable for resumes, then goes away once the
+    response TTL has passed (not before); an open stream is kept meanwhile."""
+    ttl = 2
+    bus, worker_bus = make_buses(kind, response_ttl=ttl)
     rid, open_rid = uid("resp"), uid("open")
+    finished = time.monotonic()
     worker_bus.publish_many([(rid, e) for e in _events(rid, 1, EventType.COMPLETED)])
     worker_bus.publish_many([(open_rid, e) for e in _events(open_rid, 1, None)])
     assert len(await bus.read_events(rid, 0, 0)) == 3
-    await asyncio.sleep(1.3)
-    assert await bus.read_events(rid, 0, 0) == []
+
+    async def expired() -> bool:
+        return await bus.read_events(rid, 0, 0) == []
+
+    await async_wait_until(expired, timeout=30, message="finished stream expiry")
+    # Expiry is relative to the finish: never earlier than the TTL (50 ms for
+    # the server clock's rounding), however late we looked.
+    assert time.monotonic() - finished >= ttl - 0.05
     # An open stream is kept much longer than the finished-response TTL.
     assert len(await bus.read_events(open_rid, 0, 0)) == 2
     await bus.close()
@@ -214,17 +238,29 @@ async def test_finished_streams_expire_after_the_response_ttl(kind):
 
 @pytest.mark.asyncio
 async def test_workers_without_heartbeat_leave_the_registry(kind):
-    """list_workers shows live workers only and forgets dead ones."""
-    bus, worker_bus = make_buses(kind, heartbeat_ttl=1)
+    """list_workers shows live workers only: a deregistered one goes at once, one
+    without heartbeats once the heartbeat TTL has passed (not before); one that
+    keeps beating stays, with the state of its latest beat."""
+    ttl = 2
+    bus, worker_bus = make_buses(kind, heartbeat_ttl=ttl)
     alive, dead, gone = uid("alive"), uid("dead"), uid("gone")
+    registered = time.monotonic()
     for wid in (alive, dead, gone):
         worker_bus.register(WorkerInfo(worker_id=wid, model="m", state=WorkerState.READY))
     worker_bus.deregister(gone)
     assert {alive, dead} <= {w.worker_id for w in await bus.list_workers()}
     assert gone not in {w.worker_id for w in await bus.list_workers()}
-    await asyncio.sleep(0.6)
-    worker_bus.heartbeat(WorkerInfo(worker_id=alive, model="m", state=WorkerState.DRAINING))
-    await asyncio.sleep(0.6)
+    beat = WorkerInfo(worker_id=alive, model="m", state=WorkerState.DRAINING)
+
+    async def dead_forgotten() -> bool:
+        # ``alive`` beats on every poll, far more often than its TTL.
+        worker_bus.heartbeat(beat)
+        return dead not in {w.worker_id for w in await bus.list_workers()}
+
+    await async_wait_until(dead_forgotten, timeout=30, interval=0.1, message="dead worker")
+    # Never dropped before its TTL (50 ms for the server clock's rounding).
+    assert time.monotonic() - registered >= ttl - 0.05
+    worker_bus.heartbeat(beat)
     workers = {w.worker_id: w for w in await bus.list_workers()}
     assert alive in workers and dead not in workers
     assert workers[alive].state == WorkerState.DRAINING

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
+import time
 
 import pytest
 import redis
 
-from inference.bus.base import BusUnavailable, EventType, GenerationRequest, WorkerInfo, WorkerState
-from inference.bus.events import created_event, terminal_event
-from inference.bus.redis_bus import (
+from tests.gpuworkers.buses import UNREACHABLE_REDIS_URL, needs_redis, redis_test_url, uid
+from tests.helpers import async_wait_until
+from wire.bus import BusUnavailable
+from wire.bus.redis_bus import (
     OPEN_STREAM_TTL,
     WORKERS_KEY,
     RedisBus,
     RedisWorkerBus,
+    heartbeat_key,
     stream_key,
     terminal_key,
 )
-from tests.gpuworkers.buses import UNREACHABLE_REDIS_URL, needs_redis, redis_test_url, uid
+from wire.events import EventType, created_event, terminal_event
+from wire.requests import GenerationRequest
+from wire.workers import WorkerInfo, WorkerState
 
 
 @pytest.fixture
@@ -59,13 +63,19 @@ async def test_publish_if_open_sets_the_terminal_key_and_ttl(client):
 @needs_redis
 @pytest.mark.asyncio
 async def test_dead_workers_are_removed_from_the_registry_hash(client):
-    """A worker whose heartbeat key expired is deleted from llm:workers when listed."""
+    """A worker whose heartbeat key expired (after its TTL) is deleted from
+    llm:workers when listed."""
     bus = RedisBus(redis_test_url(), heartbeat_ttl=1)
     worker_bus = RedisWorkerBus(redis_test_url(), heartbeat_ttl=1)
     wid = uid("dead")
+    registered = time.monotonic()
     worker_bus.register(WorkerInfo(worker_id=wid, model="m", state=WorkerState.READY))
     assert client.hexists(WORKERS_KEY, wid)
-    await asyncio.sleep(1.2)
+    assert 0 < client.pttl(heartbeat_key(wid)) <= 1000
+    await async_wait_until(
+        lambda: not client.exists(heartbeat_key(wid)), timeout=30, message="heartbeat key expiry"
+    )
+    assert time.monotonic() - registered >= 0.95  # the TTL, less the server clock's rounding
     assert wid not in {w.worker_id for w in await bus.list_workers()}
     assert not client.hexists(WORKERS_KEY, wid)
     await bus.close()

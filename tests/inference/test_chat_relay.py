@@ -12,6 +12,7 @@ from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
 from inference import relay
+from tests.helpers import async_wait_until
 from tests.inference.asgi_client import asgi_get, asgi_post, sse_events
 from tests.inference.conftest import DEMO
 
@@ -163,10 +164,7 @@ async def test_client_disconnect_cancels_the_request_and_records_usage(worker_fa
     seen = await stream.read_until(b"c0t0")
     response_id = json.loads(sse_events(seen)[0][1])["id"]
     await stream.disconnect()
-    for _ in range(100):
-        if worker.aborted:
-            break
-        await asyncio.sleep(0.05)
+    await async_wait_until(lambda: worker.aborted, timeout=30, message="abort on the worker")
     assert worker.aborted == [response_id]
     record = await record_for(response_id)
     assert (record.status, record.finish_reason) == ("cancelled", "abort")
@@ -216,21 +214,26 @@ async def test_no_ready_worker_is_503_service_unavailable(memory_bus, pro_key):
     assert body["error"]["code"] == "no_worker_available"
 
 
-async def test_client_leaving_a_non_streamed_request_cancels_it(worker_factory, pro_key):
+async def test_client_leaving_a_non_streamed_request_cancels_it(
+    worker_factory, pro_key, monkeypatch
+):
     """The view is cancelled on disconnect; the worker is asked to abort and usage is kept."""
+    # The client leaves while the view waits for the response's events: known
+    # by the view's first call to the tap, not by sleeping and hoping.
+    waiting = asyncio.Event()
+    next_event = relay.ResponseTap.next_event
+
+    async def watched_next_event(tap, timeout=None):
+        waiting.set()
+        return await next_event(tap, timeout)
+
+    monkeypatch.setattr(relay.ResponseTap, "next_event", watched_next_event)
     worker = worker_factory(mode="hold")
     stream = asgi_post("/v1/chat/completions", pro_key, {"model": DEMO, "messages": MESSAGES})
-    for _ in range(100):
-        if worker.received:
-            break
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.2)
+    await asyncio.wait_for(waiting.wait(), timeout=30)
     await stream.disconnect()
-    for _ in range(100):
-        if worker.aborted:
-            break
-        await asyncio.sleep(0.05)
-    assert worker.aborted == [worker.received[0].response_id]
+    await async_wait_until(lambda: worker.aborted, timeout=30, message="abort on the worker")
+    assert [r.response_id for r in worker.received] == worker.aborted
     record = await record_for(worker.aborted[0])
     assert record.status == "cancelled"
 

@@ -12,12 +12,14 @@ import time
 
 import pytest
 
-from inference.bus.base import BusUnavailable, EventType, GenerationRequest, WorkerInfo
-from inference.bus.base import WorkerState as S
-from inference.bus.events import created_event, delta_event, terminal_event
-from inference.bus.redis_bus import RedisBus
 from inference.dispatch import NoWorkerAvailable, cancel_request, dispatch_request, stream_events
 from tests.gpuworkers.buses import BUS_KINDS, UNREACHABLE_REDIS_URL, make_buses, uid
+from wire.bus import BusUnavailable
+from wire.bus.redis_bus import RedisBus
+from wire.events import EventType, created_event, delta_event, terminal_event
+from wire.requests import GenerationRequest
+from wire.workers import WorkerInfo
+from wire.workers import WorkerState as S
 
 pytestmark = pytest.mark.asyncio
 

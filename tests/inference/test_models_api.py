@@ -6,9 +6,9 @@ import pytest
 
 from billing.selectors import usage_get, usage_list
 from billing.services import usage_record_create
-from inference.models import ServedModel
-from inference.selectors import served_model_get
-from inference.services import served_model_register
+from fleet.models import ServedModel
+from fleet.selectors import served_model_get
+from fleet.services import served_model_register
 from tests.inference.conftest import DEMO, auth
 
 pytestmark = pytest.mark.django_db

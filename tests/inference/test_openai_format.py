@@ -1,8 +1,14 @@
 """Event -> OpenAI payload mapping, without I/O."""
 
-from inference.bus.base import EventType
-from inference.bus.events import created_event, delta_event, error_body, terminal_event, usage_body
 from inference.openai_format import ChunkStream, CompletionBuilder, UsageLedger, token_logprobs
+from wire.events import (
+    EventType,
+    created_event,
+    delta_event,
+    error_body,
+    terminal_event,
+    usage_body,
+)
 
 
 def stream(n=1, include_usage=False) -> ChunkStream:

@@ -165,6 +165,21 @@ async def test_over_monthly_quota_is_insufficient_quota(worker_factory, limiter,
     assert worker.received == []
 
 
+async def test_an_exhausted_budget_is_insufficient_quota(worker_factory, limiter, make_key):
+    """billing's BudgetExhausted reaches the client as OpenAI's 429 insufficient_quota."""
+    worker = worker_factory(tokens=1)
+    api_key, key = await make_key()
+    tenant = await sync_to_async(lambda: api_key.tenant)()
+    tenant.monthly_budget = Decimal("0")
+    await sync_to_async(tenant.save)()
+    with pytest.raises(openai.RateLimitError) as caught:
+        await create(sdk_client(key), max_tokens=5)
+    assert caught.value.code == "insufficient_quota"
+    assert caught.value.body["type"] == "insufficient_quota"
+    assert "monthly budget of 0.00" in caught.value.body["message"]
+    assert worker.received == []
+
+
 # Tokens each ending leaves in the window, given the prompt's length: the
 # scripted worker emits 2 tokens, fails after 1, or rejects before any.
 SETTLED = {

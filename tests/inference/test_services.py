@@ -2,11 +2,12 @@
 
 import pytest
 
+from fleet.selectors import served_model_dir
+from fleet.services import served_model_register
 from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
 from inference.errors import ContextLengthExceeded, InvalidRequest
 from inference.schemas import ChatCompletionRequest
-from inference.selectors import served_model_dir
-from inference.services import chat_prompt_prepare, served_model_register
+from inference.services import chat_prompt_prepare
 
 pytestmark = pytest.mark.django_db
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from inference.services import served_model_register
+from fleet.services import served_model_register
 from tests.inference.conftest import DEMO, auth
 
 pytestmark = pytest.mark.django_db

@@ -1,17 +1,23 @@
 """Paged attention behind one interface, with a backend chosen by device.
 
-``torch``: paged gather + scaled_dot_product_attention (CPU and CUDA).
-``flashinfer``: FlashInfer's paged prefill/decode wrappers (CUDA only,
-optional extra, imported lazily).
+``torch``: paged gather or the CPU decode kernel, SDPA for prefill (CPU
+and CUDA). ``flashinfer``: FlashInfer's paged prefill/decode wrappers (CUDA
+only, optional extra, imported lazily). Each backend has its own metadata
+builder (``backend.metadata_builder``), fed the runner's
+``CommonAttentionMetadata`` once per step.
 """
 
 from __future__ import annotations
 
-from gpuworkers.engine.attention.metadata import AttentionMetadata, PrefillSpan
+from gpuworkers.engine.attention.metadata import (
+    AttentionBackend,
+    AttentionMetadataBuilder,
+    CommonAttentionMetadata,
+)
 from gpuworkers.engine.attention.torch_backend import TorchAttentionBackend
 
 
-def select_backend(name: str, device: str):
+def select_backend(name: str, device: str) -> type[AttentionBackend]:
     """The backend class for ``name`` on ``device`` ("auto" picks by device).
 
     Chosen by device, not by import success: ``import flashinfer`` succeeds
@@ -37,4 +43,9 @@ def _flashinfer_installed() -> bool:
     return importlib.util.find_spec("flashinfer") is not None
 
 
-__all__ = ["AttentionMetadata", "PrefillSpan", "select_backend"]
+__all__ = [
+    "AttentionBackend",
+    "AttentionMetadataBuilder",
+    "CommonAttentionMetadata",
+    "select_backend",
+]

@@ -9,11 +9,70 @@ run once per layer. The cache layout is FlashInfer's NHD:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from gpuworkers.engine.attention.metadata import AttentionMetadata
+from gpuworkers.engine.attention.metadata import CommonAttentionMetadata
 
 WORKSPACE_BYTES = 128 << 20
+
+
+@dataclass(slots=True)
+class FlashInferMetadata:
+    """What forward needs besides the wrappers' plans (held by the wrappers)."""
+
+    num_decodes: int  # leading single-token rows, run by the decode wrapper
+    num_prefills: int  # prefill chunks after them, run by the prefill wrapper
+    slot_mapping: torch.Tensor  # [tokens] int64: where each new K/V goes
+
+
+class FlashInferMetadataBuilder:
+    """Plans both wrappers from the page tables; builds no mask: FlashInfer
+    applies causality itself (``causal=True``) from qo_indptr and the
+    pages' lengths."""
+
+    def __init__(self, backend: FlashInferAttentionBackend):
+        self.backend = backend
+        self._dtype = None
+
+    def build(self, common: CommonAttentionMetadata, dtype: torch.dtype) -> FlashInferMetadata:
+        """Plan the decode wrapper (decode rows) and the prefill wrapper
+        (chunks): indptr, indices, last_page_len and, for prefill, qo_indptr."""
+        b = self.backend
+        dtype = dtype or self._dtype or torch.bfloat16
+        self._dtype = dtype
+        device = common.slot_mapping.device
+        d = common.num_decodes
+        kv_lens = [common.kv_len(i) for i in range(common.num_seqs)]
+        if d:
+            indptr, indices, last = self._page_table(common.block_tables[:d], kv_lens[:d], device)
+            b.decode_wrapper.plan(
+                indptr, indices, last, b.num_heads, b.num_kv_heads, b.head_dim,
+                b.block_size, pos_encoding_mode="NONE", q_data_type=dtype, kv_data_type=dtype,
+            )  # fmt: skip
+        if common.num_prefills:
+            qo = [0]
+            for query_len in common.query_lens[d:]:
+                qo.append(qo[-1] + query_len)
+            indptr, indices, last = self._page_table(common.block_tables[d:], kv_lens[d:], device)
+            qo_indptr = torch.tensor(qo, dtype=torch.int32, device=device)
+            b.prefill_wrapper.plan(
+                qo_indptr, indptr, indices, last, b.num_heads, b.num_kv_heads,
+                b.head_dim, b.block_size, causal=True, q_data_type=dtype, kv_data_type=dtype,
+            )  # fmt: skip
+        return FlashInferMetadata(d, common.num_prefills, common.slot_mapping)
+
+    def _page_table(self, tables, lens, device):
+        block_size = self.backend.block_size
+        indptr, indices, last = [0], [], []
+        for table, length in zip(tables, lens, strict=True):
+            pages = -(-length // block_size)
+            indices.extend(table[:pages])
+            indptr.append(indptr[-1] + pages)
+            last.append(length - (pages - 1) * block_size)
+        as_int = lambda values: torch.tensor(values, dtype=torch.int32, device=device)  # noqa: E731
+        return as_int(indptr), as_int(indices), as_int(last)
 
 
 class FlashInferAttentionBackend:
@@ -27,52 +86,17 @@ class FlashInferAttentionBackend:
         self.head_dim = head_dim
         self.block_size = block_size
         self._workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device="cuda")
-        self._decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(self._workspace, "NHD")
-        self._prefill = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self._workspace, "NHD")
-        self._dtype = None
+        self.decode_wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(self._workspace, "NHD")
+        self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+            self._workspace, "NHD"
+        )
+        self.metadata_builder = FlashInferMetadataBuilder(self)
 
     def cache_block_shape(self) -> tuple[int, ...]:
         """One block of K (or V) in the pool, NHD: [block_size, kv_heads, head_dim]."""
         return (self.block_size, self.num_kv_heads, self.head_dim)
 
-    def plan(self, meta: AttentionMetadata, dtype: torch.dtype | None = None) -> None:
-        """Build both wrappers' plans for this step's batch layout."""
-        dtype = dtype or self._dtype or torch.bfloat16
-        self._dtype = dtype
-        device = meta.slot_mapping.device
-        if meta.num_decodes:
-            lens = meta.decode_kv_lens.tolist()
-            tables = meta.decode_block_tables.tolist()
-            indptr, indices, last = self._page_table(tables, lens, device)
-            self._decode.plan(
-                indptr, indices, last, self.num_heads, self.num_kv_heads, self.head_dim,
-                self.block_size, pos_encoding_mode="NONE", q_data_type=dtype, kv_data_type=dtype,
-            )  # fmt: skip
-        if meta.prefills:
-            qo = [0]
-            tables, lens = [], []
-            for span in meta.prefills:
-                qo.append(qo[-1] + span.query_len)
-                tables.append(span.block_table.tolist())
-                lens.append(span.kv_len)
-            indptr, indices, last = self._page_table(tables, lens, device)
-            qo_indptr = torch.tensor(qo, dtype=torch.int32, device=device)
-            self._prefill.plan(
-                qo_indptr, indptr, indices, last, self.num_heads, self.num_kv_heads,
-                self.head_dim, self.block_size, causal=True, q_data_type=dtype, kv_data_type=dtype,
-            )  # fmt: skip
-
-    def _page_table(self, tables, lens, device):
-        indptr, indices, last = [0], [], []
-        for table, length in zip(tables, lens, strict=True):
-            pages = -(-length // self.block_size)
-            indices.extend(table[:pages])
-            indptr.append(indptr[-1] + pages)
-            last.append(length - (pages - 1) * self.block_size)
-        as_int = lambda values: torch.tensor(values, dtype=torch.int32, device=device)  # noqa: E731
-        return as_int(indptr), as_int(indices), as_int(last)
-
-    def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata) -> torch.Tensor:
+    def forward(self, q, k, v, k_cache, v_cache, meta: FlashInferMetadata) -> torch.Tensor:
         flat_k = k_cache.view(-1, self.num_kv_heads, self.head_dim)
         flat_v = v_cache.view(-1, self.num_kv_heads, self.head_dim)
         flat_k.index_copy_(0, meta.slot_mapping, k)
@@ -80,7 +104,7 @@ class FlashInferAttentionBackend:
         out = torch.empty_like(q)
         d = meta.num_decodes
         if d:
-            out[:d] = self._decode.run(q[:d].contiguous(), (k_cache, v_cache))
-        if meta.prefills:
-            out[d:] = self._prefill.run(q[d:].contiguous(), (k_cache, v_cache))
+            out[:d] = self.decode_wrapper.run(q[:d].contiguous(), (k_cache, v_cache))
+        if meta.num_prefills:
+            out[d:] = self.prefill_wrapper.run(q[d:].contiguous(), (k_cache, v_cache))
         return out

@@ -1,65 +1,78 @@
-"""Index tensors for one step's attention, built once and shared by all layers."""
+"""What every attention backend gets from the runner, and the interfaces
+a backend implements.
+
+The runner flattens a step's tokens (single-token rows first, then prefill
+chunks) and describes the batch once in ``CommonAttentionMetadata``; each
+backend's ``metadata_builder`` turns that into exactly what its kernels
+need, once per step, shared by all layers (vLLM v1's split between
+``CommonAttentionMetadata`` and per-backend builders).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 
 @dataclass(slots=True)
-class PrefillSpan:
-    """One sequence's chunk of more than one query token."""
+class CommonAttentionMetadata:
+    """The step's batch layout, one entry per sequence in batch order."""
 
-    query_start: int  # offset in the flattened batch
-    query_len: int
-    context_len: int  # tokens already in the cache before this chunk
-    # Device block ids covering context_len + query_len tokens.
-    block_table: torch.Tensor
-    # Additive float32 causal mask [query_len, context_len + query_len]
-    # (0 or -inf) when context_len > 0. Additive, not boolean: CPU SDPA takes
-    # a much slower path for boolean masks.
-    bias: torch.Tensor | None = None
+    # The first num_decodes sequences have one query token each; the rest
+    # are prefill chunks of more than one.
+    num_decodes: int
+    # [tokens] int64, on the device: cache slot (block * block_size +
+    # offset) where each token's new K/V goes.
+    slot_mapping: torch.Tensor
+    # Query tokens of each sequence this step.
+    query_lens: list[int]
+    # Tokens of each sequence already in the cache before this step.
+    context_lens: list[int]
+    # Device blocks of each sequence covering context + query tokens
+    # (exactly ceil(kv_len / block_size) of them).
+    block_tables: list[list[int]]
 
     @property
-    def kv_len(self) -> int:
-        return self.context_len + self.query_len
+    def num_seqs(self) -> int:
+        return len(self.query_lens)
+
+    @property
+    def num_prefills(self) -> int:
+        return len(self.query_lens) - self.num_decodes
+
+    def kv_len(self, i: int) -> int:
+        """Keys sequence ``i`` attends to: its context and its own queries."""
+        return self.context_lens[i] + self.query_lens[i]
 
 
-@dataclass(slots=True)
-class DecodeGroup:
-    """Decode rows [start, end) of similar context length, padded together."""
-
-    start: int
-    end: int
-    block_tables: torch.Tensor  # [rows, max_blocks]
-    # [rows, 1, 1, max_blocks * block_size] float32: 0 on valid keys, -inf on padding.
-    bias: torch.Tensor
+class AttentionMetadataBuilder(Protocol):
+    def build(self, common: CommonAttentionMetadata, dtype: torch.dtype) -> object:
+        """This step's backend-specific metadata (plans, index tensors)."""
+        ...
 
 
-@dataclass(slots=True)
-class AttentionMetadata:
-    """Layout of the flattened batch: ``num_decodes`` single tokens first,
-    then the prefill chunks."""
+class AttentionBackend(Protocol):
+    """Paged attention over the KV pool, one instance per runner."""
 
-    num_decodes: int
-    # Cache slot (block * block_size + offset) of every token in the batch.
-    slot_mapping: torch.Tensor
-    # [num_decodes, max_blocks] padded block tables and their valid lengths.
-    decode_block_tables: torch.Tensor | None = None
-    decode_kv_lens: torch.Tensor | None = None
-    decode_groups: list[DecodeGroup] = field(default_factory=list)
-    prefills: list[PrefillSpan] = field(default_factory=list)
-    # Backend-specific state (FlashInfer plans, the bound CPU decode
-    # kernel), set by backend.plan().
-    backend_state: object | None = None
-    # Block and in-block offset of each slot (torch backend without its CPU
-    # kernel, which computes them itself), set by plan().
-    slot_blocks: torch.Tensor | None = None
-    slot_offsets: torch.Tensor | None = None
+    name: str
+    # Builds the metadata ``forward`` takes, once per step.
+    metadata_builder: AttentionMetadataBuilder
 
+    def cache_block_shape(self) -> tuple[int, ...]:
+        """One block of K (or V) in the pool; the runner allocates
+        [layers, 2, blocks, *cache_block_shape()]."""
+        ...
 
-def additive_mask(valid: torch.Tensor) -> torch.Tensor:
-    """A boolean keep-mask as a float32 bias: 0 where kept, -inf elsewhere."""
-    bias = torch.zeros(valid.shape, dtype=torch.float32, device=valid.device)
-    return bias.masked_fill_(~valid, float("-inf"))
+    def forward(
+        self,
+        q: torch.Tensor,  # [tokens, heads, dim]
+        k: torch.Tensor,  # [tokens, kv_heads, dim]: stored at slot_mapping
+        v: torch.Tensor,
+        k_cache: torch.Tensor,  # one layer's [blocks, *cache_block_shape()]
+        v_cache: torch.Tensor,
+        meta: object,  # from metadata_builder.build
+    ) -> torch.Tensor:
+        """Store k and v in the cache, attend; [tokens, heads, dim]."""
+        ...

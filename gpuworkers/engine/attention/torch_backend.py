@@ -14,7 +14,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gpuworkers.engine.attention.metadata import AttentionMetadata, DecodeGroup, additive_mask
+from gpuworkers.engine.attention.torch_metadata import (
+    DecodeGroup,
+    TorchAttentionMetadata,
+    TorchMetadataBuilder,
+)
 from gpuworkers.engine.cpu.build import cpu_library
 from gpuworkers.engine.cpu.paged_decode import PagedDecodeKernel
 
@@ -38,33 +42,7 @@ class TorchAttentionBackend:
         self.kernel: PagedDecodeKernel | None = None
         if use_kernel and (lib := cpu_library()) is not None:
             self.kernel = PagedDecodeKernel(lib, num_heads, num_kv_heads, head_dim, block_size)
-
-    def plan(self, meta: AttentionMetadata, dtype: torch.dtype | None = None) -> None:
-        """Choose the decode path; the gather path needs its padded groups."""
-        meta.decode_groups = []
-        meta.backend_state = None
-        device = meta.slot_mapping.device
-        use_kernel = self.kernel is not None and self.kernel.supports(
-            dtype or torch.float32, device
-        )
-        # Without the kernel's K/V write: where each new token goes, once for
-        # all layers.
-        meta.slot_blocks = None if use_kernel else meta.slot_mapping // self.block_size
-        meta.slot_offsets = None if use_kernel else meta.slot_mapping % self.block_size
-        if not meta.num_decodes:
-            return
-        if use_kernel:
-            meta.backend_state = self.kernel.bind(meta.decode_block_tables, meta.decode_kv_lens)
-            return
-        lens = meta.decode_kv_lens.tolist()
-        for start, end in split_decode_groups(lens):
-            width = -(-max(lens[start:end]) // self.block_size)
-            tables = meta.decode_block_tables[start:end, :width]
-            key_pos = torch.arange(width * self.block_size, device=device)
-            valid = key_pos[None, :] < meta.decode_kv_lens[start:end, None]
-            meta.decode_groups.append(
-                DecodeGroup(start, end, tables, additive_mask(valid[:, None, None, :]))
-            )
+        self.metadata_builder = TorchMetadataBuilder(block_size, self.kernel)
 
     def cache_block_shape(self) -> tuple[int, ...]:
         """One block of K (or V) in the pool: [kv_heads, head_dim * block_size].
@@ -88,7 +66,7 @@ class TorchAttentionBackend:
         v: torch.Tensor,
         k_cache: torch.Tensor,  # [blocks, *cache_block_shape()]
         v_cache: torch.Tensor,
-        meta: AttentionMetadata,
+        meta: TorchAttentionMetadata,
     ) -> torch.Tensor:
         keys, values = self._views(k_cache, v_cache)
         if meta.slot_blocks is None:
@@ -99,9 +77,9 @@ class TorchAttentionBackend:
             keys[meta.slot_blocks, :, :, meta.slot_offsets] = k
             values[meta.slot_blocks, :, meta.slot_offsets, :] = v
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        if meta.backend_state is not None:
+        if meta.decode_kernel is not None:
             d = meta.num_decodes
-            meta.backend_state(q[:d], keys, values, out=out[:d])
+            meta.decode_kernel(q[:d], keys, values, out=out[:d])
         for group in meta.decode_groups:
             rows = slice(group.start, group.end)
             out[rows] = self._decode(q[rows], keys, values, group)
@@ -175,18 +153,3 @@ class TorchAttentionBackend:
             enable_gqa=self.num_heads != self.num_kv_heads,
         )
         return out.squeeze(0).transpose(0, 1)
-
-
-def split_decode_groups(lens: list[int], ratio: float = 2.0, min_rows: int = 8):
-    """Cut decode rows into runs padded separately (gather path only).
-
-    A new run starts once a row is ``ratio`` times longer than the run's
-    first and the run has ``min_rows`` rows: less padding, few extra calls.
-    """
-    groups, start = [], 0
-    for i in range(1, len(lens)):
-        if i - start >= min_rows and lens[i] > ratio * lens[start]:
-            groups.append((start, i))
-            start = i
-    groups.append((start, len(lens)))
-    return groups

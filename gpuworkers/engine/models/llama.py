@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gpuworkers.engine.attention.metadata import AttentionMetadata
+from gpuworkers.engine.attention.metadata import AttentionBackend
 from gpuworkers.engine.models.config import ModelConfig
 from gpuworkers.engine.models.layers import MLP, RMSNorm, RotaryEmbedding
 
@@ -79,8 +79,8 @@ class LlamaForCausalLM(nn.Module):
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         kv_cache: torch.Tensor,  # [layers, 2, blocks, *backend.cache_block_shape()]
-        meta: AttentionMetadata,
-        backend,
+        meta: object,  # backend.metadata_builder.build(...), this step's
+        backend: AttentionBackend,
         logits_indices: torch.Tensor,
     ) -> torch.Tensor:
         """float32 logits for the tokens at ``logits_indices``."""

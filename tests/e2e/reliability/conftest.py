@@ -27,12 +27,12 @@ import redis
 from django.apps import apps
 from django.conf import settings
 
-from inference.bus.base import WorkerInfo
-from inference.bus.redis_bus import RedisBus
 from tenants.ratelimit.redis_limiter import RedisLimiter
 
 # As a module: importing its ``test_db_url`` by name would collect it as a test.
 from tests.e2e import conftest as e2e
+from wire.bus.redis_bus import RedisBus
+from wire.workers import WorkerInfo
 
 # Each worker loads and warms up alone; on a 2-core machine shared with
 # other work that can take minutes.
@@ -147,12 +147,12 @@ def member_session(tenant, suffix: str) -> str | None:
 def topology(
     name: str, redis_url: str, n_workers: int, django_db_blocker, tmp_path_factory
 ) -> Iterator[Live]:
-    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
         pytest.skip("the multi-process topology needs DATABASE_URL (PostgreSQL)")
     from django.contrib.auth import get_user_model
 
     from billing.models import UsageRecord
-    from inference.services import served_model_register
+    from fleet.services import served_model_register
     from tenants.models import Tenant
     from tenants.services import api_key_create, tenant_create, tier_seed_defaults
 

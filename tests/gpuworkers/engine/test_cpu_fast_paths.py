@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpuworkers.engine.attention.metadata import AttentionMetadata
 from gpuworkers.engine.attention.torch_backend import TorchAttentionBackend
+from gpuworkers.engine.attention.torch_metadata import TorchAttentionMetadata
 from gpuworkers.engine.cpu import build
 from gpuworkers.engine.cpu.elementwise import FusedOps
 from gpuworkers.engine.cpu.packing import PackedLinear, pack_linears, packing_available
@@ -111,14 +111,14 @@ def test_backend_kernel_and_gather_paths_agree(library, dtype):
     outputs, pools = {}, {}
     for use_kernel in (True, False):
         backend = TorchAttentionBackend(9, 3, 64, 16, use_kernel=use_kernel)
-        meta = AttentionMetadata(
+        meta = TorchAttentionMetadata(
             num_decodes=len(lens),
             slot_mapping=slots,
             decode_block_tables=tables,
             decode_kv_lens=kv_lens,
         )
-        backend.plan(meta, dtype)
-        assert (meta.backend_state is not None) == use_kernel
+        backend.metadata_builder.plan(meta, dtype)
+        assert (meta.decode_kernel is not None) == use_kernel
         assert bool(meta.decode_groups) != use_kernel
         pool_k, pool_v = k_cache.clone(), v_cache.clone()
         outputs[use_kernel] = backend.forward(q, new_k, new_v, pool_k, pool_v, meta)
@@ -138,14 +138,14 @@ def test_kernel_refuses_shapes_it_was_not_built_for(library):
     assert not kernel.supports(torch.float32, torch.device("cpu"))
     assert not PagedDecodeKernel(library, 8, 8, 64, 16).supports(torch.float16, torch.device("cpu"))
     backend = TorchAttentionBackend(8, 8, 80, 16)
-    meta = AttentionMetadata(
+    meta = TorchAttentionMetadata(
         num_decodes=1,
         slot_mapping=torch.zeros(0, dtype=torch.long),
         decode_block_tables=torch.tensor([[0]]),
         decode_kv_lens=torch.tensor([3]),
     )
-    backend.plan(meta, torch.float32)
-    assert meta.backend_state is None and len(meta.decode_groups) == 1
+    backend.metadata_builder.plan(meta, torch.float32)
+    assert meta.decode_kernel is None and len(meta.decode_groups) == 1
 
 
 def test_loading_the_library_keeps_subnormal_floats(library):

@@ -1,7 +1,7 @@
 """Weighted fair share between tiers, with tiny pools and no model.
 
-As in test_scheduler, a fake step marks scheduled tokens computed and appends
-a made-up token to every sequence that samples.
+As in test_scheduler, a fake step hands the scheduler a made-up token for
+every sample the batch asks for.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import itertools
 from collections import Counter
 
 from gpuworkers.engine.config import EngineConfig
-from gpuworkers.engine.fair_share import FairShare
 from gpuworkers.engine.kv_manager import KVCacheManager
 from gpuworkers.engine.sampling_params import SamplingParams
-from gpuworkers.engine.scheduler import Scheduler
+from gpuworkers.engine.scheduling import FCFSPolicy, Scheduler
+from gpuworkers.engine.scheduling.fair_share import FairShare
 from gpuworkers.engine.sequence import Request, Sequence, SequenceStatus
 
 BLOCK = 4
@@ -50,18 +50,19 @@ def fair_tier(seq):
 def fake_step(scheduler, kv):
     """One step; returns tokens scheduled per tier."""
     out = scheduler.schedule()
-    scheduler.on_step_done(out)
     tokens = Counter()
-    for item in out.scheduled:
-        seq = item.seq
-        tokens[tier_name(seq)] += item.num_new_tokens
-        if item.needs_sample:
-            seq.token_ids.append(7)
-            if seq.num_output_tokens >= seq.request.params.max_tokens:
-                scheduler.remove(seq)
-                seq.status = SequenceStatus.FINISHED
+    for item in out.seqs:
+        tokens[tier_name(scheduler.seqs[item.seq_id])] += item.num_new_tokens
+    finish(scheduler, scheduler.on_step_done(out, [7] * len(out.samples)))
     kv.allocator.check_invariants()
     return tokens
+
+
+def finish(scheduler, receivers):
+    for seq in receivers:
+        if seq.num_output_tokens >= seq.request.params.max_tokens:
+            scheduler.remove(seq)
+            seq.status = SequenceStatus.FINISHED
 
 
 def run_all(scheduler, kv, limit=3000):
@@ -208,16 +209,10 @@ def test_fcfs_ignores_tiers():
     order = []
     while scheduler.has_unfinished():
         out = scheduler.schedule()
-        order += [i.seq for i in out.scheduled if i.seq.num_computed_tokens == 0]
-        scheduler.on_step_done(out)
-        for item in out.scheduled:
-            if item.needs_sample:
-                item.seq.token_ids.append(7)
-                if item.seq.num_output_tokens >= item.seq.request.params.max_tokens:
-                    scheduler.remove(item.seq)
-                    item.seq.status = SequenceStatus.FINISHED
+        order += [scheduler.seqs[i.seq_id] for i in out.seqs if i.context_len == 0]
+        finish(scheduler, scheduler.on_step_done(out, [7] * len(out.samples)))
     assert order == free[4:] + [pro]
-    assert scheduler.num_preemptions == 0 and scheduler.fair is None
+    assert scheduler.num_preemptions == 0 and isinstance(scheduler.policy, FCFSPolicy)
     assert kv.num_free == kv.num_total
 
 

@@ -172,3 +172,19 @@ def test_per_request_kv_block_cap_refuses_oversized_requests(make_engine, chat_p
     while engine.has_unfinished_requests():
         engine.step()
     assert_pool_drained(engine)
+
+
+def test_n2_abort_before_the_prompt_is_done_reports_the_started_choice(make_engine, chat_prompts):
+    """Aborted mid-prefill, an n=2 request reports only choice 0 (its sibling
+    never forked, never started) and leaves nothing behind."""
+    engine = make_engine(max_num_batched_tokens=16)
+    params = SamplingParams(max_tokens=4, temperature=0.0, n=2)
+    engine.add_request("r", chat_prompts[4], params)
+    assert engine.step() == []
+    engine.abort("r")
+    (output,) = engine.step()
+    assert output.finished and [(c.index, c.finish_reason) for c in output.choices] == [
+        (0, "abort")
+    ]
+    assert not engine.has_unfinished_requests()
+    assert_pool_drained(engine)

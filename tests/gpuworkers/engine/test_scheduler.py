@@ -1,7 +1,7 @@
 """Scheduler and KV manager with tiny pools and no model.
 
-A fake step marks scheduled tokens computed and appends a made-up token to
-every sequence that samples, which is all the scheduler can observe.
+A fake step hands the scheduler a made-up token for every sample the batch
+asks for, which is all the scheduler can observe of the runner.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from gpuworkers.engine.config import EngineConfig
 from gpuworkers.engine.kv_manager import KVCacheManager
 from gpuworkers.engine.sampling_params import SamplingParams
-from gpuworkers.engine.scheduler import Scheduler
+from gpuworkers.engine.scheduling import Scheduler
 from gpuworkers.engine.sequence import Request, Sequence, SequenceStatus
 
 BLOCK = 4
@@ -26,28 +26,24 @@ def make(num_blocks=16, host_blocks=16, **options):
     return Scheduler(config, kv, max_model_len=1024), kv
 
 
-def add(scheduler, prompt, max_tokens=4, priority=0, salt=None):
-    request = Request(
-        f"r{next(_ids)}", list(prompt), SamplingParams(max_tokens=max_tokens), priority, None, salt
-    )
-    seq = Sequence(next(_ids), request, 0, list(prompt), len(prompt))
-    request.seqs.append(seq)
-    scheduler.add(seq)
-    return seq
+def add(scheduler, prompt, max_tokens=4, priority=0, salt=None, n=1):
+    params = SamplingParams(max_tokens=max_tokens, n=n)
+    request = Request(f"r{next(_ids)}", list(prompt), params, priority, None, salt)
+    for index in range(n):
+        request.seqs.append(Sequence(next(_ids), request, index, list(prompt), len(prompt)))
+    scheduler.add(request.seqs[0])
+    return request.seqs[0]
 
 
 def fake_step(scheduler, kv, token=7):
     out = scheduler.schedule()
-    scheduler.on_step_done(out)
+    receivers = scheduler.on_step_done(out, [token] * len(out.samples))
     finished = []
-    for item in out.scheduled:
-        seq = item.seq
-        if item.needs_sample:
-            seq.token_ids.append(token)
-            if seq.num_output_tokens >= seq.request.params.max_tokens:
-                scheduler.remove(seq)
-                seq.status = SequenceStatus.FINISHED
-                finished.append(seq)
+    for seq in receivers:
+        if seq.num_output_tokens >= seq.request.params.max_tokens:
+            scheduler.remove(seq)
+            seq.status = SequenceStatus.FINISHED
+            finished.append(seq)
     return out, finished
 
 
@@ -89,8 +85,8 @@ def test_decodes_come_before_prefill_chunks_within_the_budget():
     fake_step(scheduler, kv)  # prefill of the first request
     second = add(scheduler, range(50, 70), max_tokens=5)
     out, _ = fake_step(scheduler, kv)
-    assert out.scheduled[0].seq is first and out.scheduled[0].num_new_tokens == 1
-    assert out.scheduled[1].seq is second and out.scheduled[1].num_new_tokens == 7
+    assert out.seqs[0].seq_id == first.seq_id and out.seqs[0].num_new_tokens == 1
+    assert out.seqs[1].seq_id == second.seq_id and out.seqs[1].num_new_tokens == 7
     assert out.num_batched_tokens <= 8
 
 
@@ -171,35 +167,37 @@ def test_ten_turn_conversation_prefills_only_new_tokens():
         computed = 0
         while scheduler.has_unfinished():
             out, _ = fake_step(scheduler, kv)
+            # Prompt chunks: every step until the first output token.
             computed += sum(
                 i.num_new_tokens
-                for i in out.scheduled
-                if i.seq is seq and i.seq.num_output_tokens <= 1
+                for i in out.seqs
+                if i.seq_id == seq.seq_id and seq.num_output_tokens <= 1
             )
         prompt_computed = len(history) - seq.num_cached_tokens
         new_tokens = 7 if turn == 0 else 7 + 5  # user turn + last assistant reply
         if turn == 0:
             new_tokens += 20
-        assert prompt_computed <= new_tokens + BLOCK - 1, f"turn {turn}"
+        assert computed == prompt_computed, f"turn {turn}: cached tokens were computed again"
+        assert computed <= new_tokens + BLOCK - 1, f"turn {turn}"
         history = seq.token_ids  # the reply joins the history
     assert kv.num_free == kv.num_total
 
 
 def test_copy_on_write_for_forked_choices():
     scheduler, kv = make(num_blocks=16)
-    parent = add(scheduler, range(6), max_tokens=4)
-    fake_step(scheduler, kv)  # prompt computed: 6 tokens, second block partial
-    child = Sequence(
-        next(_ids), parent.request, 1, list(parent.token_ids), parent.num_prompt_tokens
-    )
-    kv.fork(parent, child)
-    child.status = SequenceStatus.RUNNING
-    parent.request.seqs.append(child)
-    scheduler.running.append(child)
+    parent = add(scheduler, range(6), max_tokens=4, n=2)
+    child = parent.request.seqs[1]
+    out, _ = fake_step(scheduler, kv)  # prompt computed: 6 tokens, second block partial
+    assert out.forks == [parent.seq_id]
+    assert [(s.row, s.seq_id) for s in out.samples] == [(0, parent.seq_id), (0, child.seq_id)]
+    assert child.status is SequenceStatus.RUNNING and child in scheduler.running
+    assert child.num_computed_tokens == parent.num_computed_tokens == 6
+    assert child.token_ids == parent.token_ids == list(range(6)) + [7]
     shared_last = parent.block_table[-1]
+    assert child.block_table == parent.block_table
     assert kv.allocator.ref_count(shared_last) == 2
     out, _ = fake_step(scheduler, kv)
-    assert out.copies, "the shared partial block is copied before either writes"
+    assert out.cache_ops.copies, "the shared partial block is copied before either writes"
     assert parent.block_table[-1] != child.block_table[-1]
     assert parent.block_table[0] == child.block_table[0]  # full blocks stay shared
     run_all(scheduler, kv)
@@ -213,4 +211,88 @@ def test_ordering_policy(policy):
     high = add(scheduler, range(10, 14), max_tokens=1, priority=5)
     out, _ = fake_step(scheduler, kv)
     expected = low if policy == "fcfs" else high
-    assert out.scheduled[0].seq is expected
+    assert out.seqs[0].seq_id == expected.seq_id
+
+
+# The runner's snapshot ----------------------------------------------------
+
+
+def test_snapshot_of_a_decode():
+    """A decode runs the last sampled token at the next position, writing
+    into the partial second block."""
+    scheduler, kv = make(num_blocks=16)
+    seq = add(scheduler, range(100, 106), max_tokens=4)  # one full block, one partial
+    fake_step(scheduler, kv, token=42)
+    out = scheduler.schedule()
+    (item,) = out.seqs
+    table = seq.block_table
+    assert item.seq_id == seq.seq_id
+    assert item.token_ids == [42]
+    assert item.positions == range(6, 7)
+    assert item.block_ids == table and len(table) == 2
+    assert item.slot_mapping == [table[1] * BLOCK + 2]
+    assert item.needs_logits
+    assert [(s.row, s.seq_id) for s in out.samples] == [(0, seq.seq_id)]
+    assert out.num_decodes == 1 and out.num_prompt_tokens == 0 and not out.forks
+    assert not out.cache_ops
+
+
+def test_snapshot_of_a_chunked_prefill():
+    """A 10-token prompt under a 4-token budget: chunks 4, 4, 2, each with
+    its positions, the blocks it reads and writes, and its slots; only the
+    last one is sampled. Each snapshot is a copy: later growth of the block
+    table does not change it."""
+    scheduler, kv = make(num_blocks=16, max_num_batched_tokens=4)
+    prompt = list(range(200, 210))
+    seq = add(scheduler, prompt, max_tokens=2)
+    batches = [fake_step(scheduler, kv)[0] for _ in range(3)]
+    chunks = [b.seqs[0] for b in batches]
+    table = seq.block_table
+    assert [c.token_ids for c in chunks] == [prompt[0:4], prompt[4:8], prompt[8:10]]
+    assert [c.positions for c in chunks] == [range(0, 4), range(4, 8), range(8, 10)]
+    assert [c.block_ids for c in chunks] == [table[:1], table[:2], table[:3]]
+    assert chunks[0].slot_mapping == [table[0] * BLOCK + i for i in range(4)]
+    assert chunks[1].slot_mapping == [table[1] * BLOCK + i for i in range(4)]
+    assert chunks[2].slot_mapping == [table[2] * BLOCK + i for i in range(2)]
+    assert [c.needs_logits for c in chunks] == [False, False, True]
+    assert [len(b.samples) for b in batches] == [0, 0, 1]
+    assert [b.num_prompt_tokens for b in batches] == [4, 4, 2]
+    assert [b.num_decodes for b in batches] == [0, 0, 0]
+
+
+def test_batch_puts_decodes_first_by_context_length_and_rows_follow_the_order():
+    scheduler, kv = make(num_blocks=64)
+    long = add(scheduler, range(0, 9), max_tokens=5)
+    short = add(scheduler, range(20, 23), max_tokens=5)
+    fake_step(scheduler, kv)
+    late = add(scheduler, range(40, 50), max_tokens=5)
+    out = scheduler.schedule()
+    assert [i.seq_id for i in out.seqs] == [short.seq_id, long.seq_id, late.seq_id]
+    assert [i.num_new_tokens for i in out.seqs] == [1, 1, 10]
+    assert out.num_decodes == 2
+    rows = [(s.row, s.seq_id) for s in out.samples]
+    assert rows == [(0, short.seq_id), (1, long.seq_id), (2, late.seq_id)]
+    with pytest.raises(ValueError, match="sampled tokens"):
+        scheduler.on_step_done(out, [7, 7])
+    assert late.num_computed_tokens == 0, "a refused result changes nothing"
+    scheduler.on_step_done(out, [7, 8, 9])
+    assert (short.token_ids[-1], long.token_ids[-1], late.token_ids[-1]) == (7, 8, 9)
+    assert late.num_computed_tokens == 10
+
+
+def test_preemption_hands_the_runner_the_swap_copies():
+    """The swap-out pairs are the victim's device blocks and its new host
+    blocks; the victim is not in the step's batch."""
+    scheduler, kv = make(num_blocks=6, host_blocks=16, admission_policy="optimistic")
+    for i in range(3):
+        add(scheduler, range(i * 10, i * 10 + 4), max_tokens=12)
+    for _ in range(20):
+        tables = {s.seq_id: list(s.block_table) for s in scheduler.running}
+        out, _ = fake_step(scheduler, kv)
+        if out.cache_ops.swap_out:
+            break
+    (victim,) = scheduler.swapped
+    assert [device for device, _ in out.cache_ops.swap_out] == tables[victim.seq_id]
+    assert [host for _, host in out.cache_ops.swap_out] == victim.host_block_table
+    assert victim.seq_id not in {i.seq_id for i in out.seqs}
+    run_all(scheduler, kv)

@@ -1,0 +1,29 @@
+from django.apps import AppConfig
+
+
+class PlatformConfig(AppConfig):
+    """The composition root: wires the layers together once apps are ready.
+
+    Lower layers never import higher ones, so what they need from above is
+    handed in here: where the bus is (``wire.bus``) and how to start the
+    embedded worker (``inference.dispatch``).
+    """
+
+    name = "config"
+    label = "platform"
+
+    def ready(self) -> None:
+        from django.conf import settings
+
+        from config import embedded
+        from inference.dispatch import embedded_worker_register
+        from wire.bus import BusConfig, configure
+
+        configure(
+            lambda: BusConfig(
+                redis_url=settings.REDIS_URL,
+                response_ttl=settings.RESPONSE_STREAM_TTL,
+                heartbeat_ttl=settings.WORKER_HEARTBEAT_TTL,
+            )
+        )
+        embedded_worker_register(embedded.start)

@@ -1,0 +1,36 @@
+"""The scheduler, its policies, and the batch it hands the model runner.
+
+Plain Python (no torch): testable with tiny pools and no model.
+
+- ``scheduler.py``: ``Scheduler``, the step's plan and its bookkeeping.
+- ``batch.py``: ``ScheduledBatch``, the runner's snapshot of a step.
+- ``policy.py``: the ``SchedulingPolicy`` interface, FCFS and Priority.
+- ``fair_policy.py`` / ``fair_share.py``: Fair, and its tier accounting.
+- ``capacity.py``: KV reservations and admission checks.
+"""
+
+from gpuworkers.engine.scheduling.batch import CacheOps, SampleInput, ScheduledBatch, ScheduledSeq
+from gpuworkers.engine.scheduling.fair_policy import FairPolicy
+from gpuworkers.engine.scheduling.fair_share import FairShare
+from gpuworkers.engine.scheduling.policy import (
+    FCFSPolicy,
+    PriorityPolicy,
+    Queues,
+    SchedulingPolicy,
+)
+from gpuworkers.engine.scheduling.scheduler import Scheduler, make_policy
+
+__all__ = [
+    "CacheOps",
+    "FCFSPolicy",
+    "FairPolicy",
+    "FairShare",
+    "PriorityPolicy",
+    "Queues",
+    "SampleInput",
+    "ScheduledBatch",
+    "ScheduledSeq",
+    "Scheduler",
+    "SchedulingPolicy",
+    "make_policy",
+]

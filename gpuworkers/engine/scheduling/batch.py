@@ -1,0 +1,169 @@
+"""What the scheduler hands the model runner each step: plain data.
+
+Everything the runner needs is copied here when the step is scheduled, so
+the runner never reads a ``Sequence`` (which the scheduler changes as soon
+as the step is done). The scheduler, in turn, only learns what the step
+produced from the runner's return value (``Scheduler.on_step_done`` takes
+the sampled tokens): running the step before finishing it is a matter of
+data flow. Modelled on vLLM v1's ``SchedulerOutput`` / ``NewRequestData``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpuworkers.engine.sampling_params import SamplingParams
+from gpuworkers.engine.sequence import Sequence
+
+
+@dataclass(slots=True)
+class CacheOps:
+    """Block copies the runner does before the step's forward pass, in this order."""
+
+    # (device block, host block): KV of preempted sequences moved to the host pool.
+    swap_out: list[tuple[int, int]] = field(default_factory=list)
+    # (host block, device block): KV of resumed sequences brought back.
+    swap_in: list[tuple[int, int]] = field(default_factory=list)
+    # (source, destination) device blocks: copy-on-write of a partial block
+    # shared by forked choices, before either writes into it.
+    copies: list[tuple[int, int]] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.swap_out or self.swap_in or self.copies)
+
+
+@dataclass(slots=True)
+class ScheduledSeq:
+    """One sequence's share of a step."""
+
+    seq_id: int
+    # Tokens to compute now: a decode's last sampled token, or a prefill chunk.
+    token_ids: list[int]
+    # Their positions, contiguous: ``positions.start`` tokens of this
+    # sequence are already in the cache (the context this step attends to).
+    positions: range
+    # Device blocks holding positions [0, positions.stop): the sequence's
+    # block table, trimmed to what this step reads and writes.
+    block_ids: list[int]
+    # Cache slot (block * block_size + offset) of each of token_ids.
+    slot_mapping: list[int]
+    # The chunk ends at the sequence's last token (a decode, or a prompt's
+    # last chunk): the runner computes logits for its last position.
+    needs_logits: bool
+
+    @property
+    def num_new_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def context_len(self) -> int:
+        return self.positions.start
+
+
+@dataclass(slots=True)
+class SampleInput:
+    """One token to draw: which logits row, for which choice, how."""
+
+    # Row of the step's logits: the index among ``needs_logits`` sequences.
+    row: int
+    # The choice that receives the token. Siblings of an n > 1 prompt share
+    # the prompt's row on the step its prefill completes.
+    seq_id: int
+    params: SamplingParams
+    # The choice's own torch.Generator (seeded per choice); only sampling
+    # advances it. Opaque to the scheduler, which never imports torch.
+    generator: object | None
+
+
+@dataclass(slots=True)
+class ScheduledBatch:
+    """One engine step: cache operations, then one forward pass, then sampling."""
+
+    # Single-token rows (decodes) first, by context length so that the
+    # torch backend's gather path pads less; then prefill chunks, in the
+    # order they were served.
+    seqs: list[ScheduledSeq] = field(default_factory=list)
+    # Tokens to sample, in row order; the runner returns one result each.
+    samples: list[SampleInput] = field(default_factory=list)
+    cache_ops: CacheOps = field(default_factory=CacheOps)
+    # Sequences whose prompt completes this step for an n > 1 request: when
+    # the step is done their sibling choices fork off the prompt's blocks
+    # (copy-on-write). Scheduler bookkeeping; the runner ignores it.
+    forks: list[int] = field(default_factory=list)
+    # Prompt tokens among the scheduled ones (recomputed outputs excluded),
+    # for the engine's statistics.
+    num_prompt_tokens: int = 0
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.seqs)
+
+    @property
+    def num_decodes(self) -> int:
+        """Leading single-token rows (the order puts them first)."""
+        count = 0
+        for item in self.seqs:
+            if len(item.token_ids) != 1:
+                break
+            count += 1
+        return count
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.seqs or self.cache_ops)
+
+
+def snapshot(seq: Sequence, num_new: int, block_size: int) -> ScheduledSeq:
+    """Copy what the runner needs to compute ``seq``'s next ``num_new``
+    tokens; its blocks for them must be allocated already."""
+    start = seq.num_computed_tokens
+    end = start + num_new
+    table = seq.block_table
+    if num_new == 1:
+        # Most of a step's sequences are decodes: one slot, no loop.
+        block, offset = divmod(start, block_size)
+        slots = [table[block] * block_size + offset]
+    else:
+        slots = [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
+    return ScheduledSeq(
+        seq.seq_id,
+        seq.token_ids[start:end],
+        range(start, end),
+        table[: -(-end // block_size)],
+        slots,
+        end == seq.num_tokens,
+    )
+
+
+def assemble(picked: list[tuple[ScheduledSeq, Sequence]], cache_ops: CacheOps) -> ScheduledBatch:
+    """The step's batch from its snapshots (with their sequences, for the
+    sampling inputs), in the runner's layout."""
+    # Single-token work (decodes) before chunks, as the runner's layout
+    # requires; decodes by context length so the torch backend can group
+    # similar lengths and pad less. Chunks keep serving order (stable sort).
+    picked = sorted(picked, key=_layout_key)
+    batch = ScheduledBatch(seqs=[item for item, _ in picked], cache_ops=cache_ops)
+    row = 0
+    for item, seq in picked:
+        start = item.context_len
+        batch.num_prompt_tokens += max(0, min(item.positions.stop, seq.num_prompt_tokens) - start)
+        if not item.needs_logits:
+            continue
+        request = seq.request
+        choices = [seq]
+        if request.params.n > 1 and not request.forked and seq is request.seqs[0]:
+            # The prompt is done: the other choices draw their first token
+            # from the same logits, then fork off its blocks.
+            batch.forks.append(seq.seq_id)
+            choices = request.seqs
+        for choice in choices:
+            batch.samples.append(SampleInput(row, choice.seq_id, request.params, choice.generator))
+        row += 1
+    return batch
+
+
+def _layout_key(picked: tuple[ScheduledSeq, Sequence]) -> tuple[bool, int]:
+    item = picked[0]
+    if len(item.token_ids) == 1:
+        return (False, item.positions.start)
+    return (True, 0)

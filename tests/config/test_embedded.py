@@ -1,0 +1,53 @@
+"""Embedded mode: no Redis, the engine runs in a thread of this process."""
+
+from __future__ import annotations
+
+import pytest
+
+from config import embedded as embedded_setup
+from gpuworkers import embedded
+from inference.dispatch import dispatch_request, stream_events
+from tests.gpuworkers.buses import uid
+from wire.bus import get_bus, reset_buses
+from wire.requests import GenerationRequest
+from wire.workers import WorkerState
+
+
+@pytest.fixture
+def embedded_settings(settings):
+    settings.REDIS_URL = None
+    settings.EMBEDDED_ENGINE = True
+    settings.ENGINE_KV_CACHE_MB = 32
+    reset_buses()
+    yield settings
+    reset_buses()
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_first_dispatch_starts_the_embedded_engine_once(embedded_settings):
+    """dispatch_request loads and warms the demo model in a thread, then reuses it."""
+    from gpuworkers.engine.convert_gguf import ensure_demo_model
+    from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
+
+    tokenizer = load_tokenizer(str(ensure_demo_model()))
+    prompt = apply_chat_template(tokenizer, [{"role": "user", "content": "Hi!"}])
+    model = embedded_settings.DEMO_MODEL_NAME
+    finished = []
+    for _ in range(2):
+        request = GenerationRequest(
+            response_id=uid("resp"),
+            model=model,
+            prompt_token_ids=prompt,
+            sampling={"max_tokens": 8, "temperature": 0.0},
+        )
+        worker = await dispatch_request(request)
+        assert worker.state == WorkerState.READY and worker.worker_id.startswith("embedded-")
+        events = [e async for e in stream_events(request.response_id, worker_id=worker.worker_id)]
+        finished.append(events[-1])
+    assert [e["type"] for e in finished] == ["completed", "completed"]
+    started = embedded.current()
+    assert started is embedded_setup.start() and started.thread.is_alive()
+    assert started.worker_id == worker.worker_id
+    # Both sides share the one in-process bus.
+    assert get_bus() is started.loop.bus

@@ -1,0 +1,147 @@
+"""Web and worker in one process: one trace per request, ids in logs, one /metrics.
+
+The web tier and a real ``WorkerLoop`` (the demo engine) share this
+process and the in-process bus, as in embedded mode; spans are recorded
+in memory. tests/e2e/test_observability.py checks the same trace across
+real processes.
+"""
+
+# Fixtures come from other packages' conftests, imported by name.
+# ruff: noqa: F401, F811
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+import uuid
+
+import pytest
+from asgiref.sync import sync_to_async
+from opentelemetry.trace import SpanKind
+
+from gpuworkers.worker import WorkerLoop
+from inference import relay
+from tests.gpuworkers.conftest import engine
+from tests.helpers import async_wait_until
+from tests.inference.asgi_client import asgi_post, sse_events
+from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
+from tests.tracing_helpers import recorded_spans, spans_of_trace
+from wire import logs
+from wire.bus import get_worker_bus
+
+pytestmark = [
+    pytest.mark.asyncio,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("close_db_threads"),
+]
+
+WORKER_SPANS = {"gpuworker.request", "engine.queued", "engine.prefill", "engine.decode"}
+WEB_SPANS = {"POST /v1/chat/completions", "dispatch", "bus.submit", "relay", "usage.settle"}
+
+
+@pytest.fixture
+def worker(engine, memory_bus):
+    """The demo engine serving the catalog's demo model on the in-process bus."""
+    loop = WorkerLoop(engine, get_worker_bus(), f"trace-worker-{uuid.uuid4().hex[:6]}", DEMO)
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    assert loop.ready.wait(60) and not loop.stopped.is_set()
+    yield loop
+    loop.request_stop()
+    thread.join(30)
+
+
+@pytest.fixture
+def json_log():
+    """What the relay logs during the test, as the platform's JSON lines."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.formatter("json"))
+    logger = logging.getLogger("inference.relay")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+async def test_one_streamed_request_is_one_trace_from_http_to_engine(
+    worker,
+    api_key_factory,
+    demo_model,
+    recorded_spans,
+    json_log,
+):
+    """HTTP > dispatch > bus.submit > gpuworker.request > engine phases; relay > usage.settle."""
+    _, key = await sync_to_async(api_key_factory)(tier="pro")
+    request_id = f"req_trace_{uuid.uuid4().hex}"
+    body = {"model": DEMO, "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    stream = asgi_post(
+        "/v1/chat/completions", key, {**body, "max_tokens": 4}, **{"x-request-id": request_id}
+    )
+    frames = sse_events(await stream.read_all())
+    assert stream.status == 200 and frames[-1][1] == "[DONE]"
+    await relay.drain_background()
+    # The HTTP span ends with the stream's last byte.
+    http = await async_wait_until(
+        lambda: next((s for s in recorded_spans if s.kind == SpanKind.SERVER), None)
+    )
+
+    trace = spans_of_trace(recorded_spans, http.context.trace_id)
+    assert set(trace) == WEB_SPANS | WORKER_SPANS
+    parent_of = {name: span.parent.span_id if span.parent else None for name, span in trace.items()}
+    span_id = {name: span.context.span_id for name, span in trace.items()}
+    assert parent_of["POST /v1/chat/completions"] is None
+    assert parent_of["dispatch"] == parent_of["relay"] == span_id["POST /v1/chat/completions"]
+    assert parent_of["bus.submit"] == span_id["dispatch"]
+    # The worker's span hangs off the enqueue, through the request's traceparent.
+    assert parent_of["gpuworker.request"] == span_id["bus.submit"]
+    for phase in ("engine.queued", "engine.prefill", "engine.decode"):
+        assert parent_of[phase] == span_id["gpuworker.request"]
+    assert parent_of["usage.settle"] == span_id["relay"]
+    assert (trace["bus.submit"].kind, trace["gpuworker.request"].kind) == (
+        SpanKind.PRODUCER,
+        SpanKind.CONSUMER,
+    )
+    # The phases follow each other: queued, prefill up to the first token, decode.
+    queued, prefill, decode = (trace[f"engine.{p}"] for p in ("queued", "prefill", "decode"))
+    assert queued.end_time <= prefill.start_time
+    assert prefill.end_time == decode.start_time <= decode.end_time
+    assert [e.name for e in trace["gpuworker.request"].events] == ["first_token"]
+    assert trace["engine.decode"].attributes["llm.completion_tokens"] == 4
+    assert trace["gpuworker.request"].attributes["worker_id"] == worker.worker_id
+    assert {span.attributes.get("request_id") for span in trace.values()} == {request_id}
+
+    (line,) = [entry for entry in json_log() if entry.get("request_id") == request_id]
+    assert line["trace_id"] == f"{http.context.trace_id:032x}"
+    assert (line["model"], line["worker"]) == (DEMO, worker.worker_id)
+    assert isinstance(line["tenant"], int) and "completed" in line["event"]
+
+
+async def test_the_embedded_workers_metrics_are_in_the_webs_metrics(
+    worker, api_key_factory, demo_model
+):
+    """No metrics port in embedded mode: the web's /metrics carries the worker's series."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.inference.asgi_client import ASGIStream
+
+    async def ttft_count() -> float:
+        stream = ASGIStream("GET", "/metrics", {}, b"")
+        text = (await stream.read_all()).decode()
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name == "vllm:time_to_first_token_seconds_count" and s.labels["model_name"] == DEMO
+        )
+
+    _, key = await sync_to_async(api_key_factory)(tier="pro")
+    before = await ttft_count()
+    body = {"model": DEMO, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
+    stream = asgi_post("/v1/chat/completions", key, body)
+    assert json.loads(await stream.read_all())["object"] == "chat.completion"
+    assert await ttft_count() == before + 1
