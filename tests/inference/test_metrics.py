@@ -25,7 +25,8 @@ pytestmark = [
 
 MESSAGES = [{"role": "user", "content": "Say hi"}]
 # Labels our web metrics may carry: never a tenant or an API key.
-ALLOWED_LABELS = {"reason", "tier", "model", "status", "le"}
+# Celery task metrics (task, state) share the registry: bounded, never per tenant.
+ALLOWED_LABELS = {"reason", "tier", "model", "status", "le", "task", "state"}
 
 
 @pytest.fixture(autouse=True)
