@@ -18,41 +18,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponseBase
 from django_prometheus import middleware as django_prometheus
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, use_span
 
+from inference.middleware import ResponseMiddleware
 from wire.tracing import context_from_headers, tracer, tracing_enabled
 
 
-class _Middleware:
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-        if iscoroutinefunction(get_response):
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest):
-        if iscoroutinefunction(self):
-            return self.__acall__(request)
-        self.before(request)
-        return self.after(request, self.get_response(request))
-
-    async def __acall__(self, request: HttpRequest):
-        self.before(request)
-        return self.after(request, await self.get_response(request))
-
-    def before(self, request: HttpRequest) -> None:
-        pass
-
-    def after(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
-        return response
-
-
-class PrometheusBeforeMiddleware(_Middleware):
+class PrometheusBeforeMiddleware(ResponseMiddleware):
     """First in MIDDLEWARE: requests and latency including all middleware."""
 
     def __init__(self, get_response):
@@ -66,7 +41,7 @@ class PrometheusBeforeMiddleware(_Middleware):
         return self._hooks.process_response(request, response)
 
 
-class PrometheusAfterMiddleware(_Middleware):
+class PrometheusAfterMiddleware(ResponseMiddleware):
     """Last in MIDDLEWARE: responses by view, method and status."""
 
     def __init__(self, get_response):
@@ -83,7 +58,7 @@ class PrometheusAfterMiddleware(_Middleware):
         return self._hooks.process_response(request, response)
 
 
-class TracingMiddleware(_Middleware):
+class TracingMiddleware(ResponseMiddleware):
     """The HTTP request's server span; after RequestIdMiddleware (its id)."""
 
     def __call__(self, request: HttpRequest):

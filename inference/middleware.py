@@ -34,7 +34,7 @@ def request_id_for(request: HttpRequest) -> str:
     return incoming if _SANE_ID.match(incoming) else new_request_id()
 
 
-class _ResponseMiddleware:
+class ResponseMiddleware:
     """Runs ``before`` on the request and ``after`` on the response, sync or async.
 
     Under ASGI the whole chain is async; staying async avoids a thread hop
@@ -66,7 +66,7 @@ class _ResponseMiddleware:
         return response
 
 
-class RequestIdMiddleware(_ResponseMiddleware):
+class RequestIdMiddleware(ResponseMiddleware):
     """Outermost middleware, so error pages from the inner layers get the id too."""
 
     def __call__(self, request: HttpRequest):
@@ -91,7 +91,7 @@ class RequestIdMiddleware(_ResponseMiddleware):
 API_PREFIX = "/v1/"
 
 
-class ApiErrorFallbackMiddleware(_ResponseMiddleware):
+class ApiErrorFallbackMiddleware(ResponseMiddleware):
     """Non-JSON 404, 405 and 500 responses under /v1/ -> OpenAI's error shape."""
 
     def after(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
