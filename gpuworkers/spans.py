@@ -10,8 +10,9 @@ anyway: ``engine.queued`` (intake to first scheduled), ``engine.prefill``
 ``first_token`` event. Nothing is recorded per step or per token, and
 nothing at all while tracing is off.
 
-The engine reports a request only when it samples a token, so prefill
-chunks are one ``engine.prefill`` span, not one span per chunk.
+Under ``engine.prefill``, one ``engine.prefill_chunk`` span per engine
+step that computed part of the prompt (its positions as attributes), from
+the step times the worker notes while tracing is on.
 """
 
 from __future__ import annotations
@@ -83,7 +84,11 @@ def request_span_end(
             "llm.prompt_tokens": response.prompt_tokens,
             "llm.cached_tokens": response.cached_tokens,
         }
-        _phase("engine.prefill", parent, queued_until, first, prefill)
+        prefill_span = _phase("engine.prefill", parent, queued_until, first, prefill)
+        chunk_parent = trace.set_span_in_context(prefill_span)
+        for positions, chunk_start, chunk_end in response.prefill_chunks:
+            chunk = {**common, "llm.chunk.start": positions.start, "llm.chunk.stop": positions.stop}
+            _phase("engine.prefill_chunk", chunk_parent, chunk_start, chunk_end, chunk)
         span.add_event("first_token", timestamp=ns(first))
         decode = {**common, "llm.completion_tokens": response.completion_tokens}
         _phase("engine.decode", parent, first, at, decode)
@@ -100,6 +105,7 @@ def request_span_end(
     span.end(end_time=ns(at))
 
 
-def _phase(name: str, parent, start: float, end: float, attributes: dict[str, Any]) -> None:
+def _phase(name: str, parent, start: float, end: float, attributes: dict[str, Any]) -> Span:
     child = tracer.start_span(name, context=parent, attributes=attributes, start_time=ns(start))
     child.end(end_time=ns(max(end, start)))
+    return child

@@ -115,6 +115,8 @@ class _Response:
     finish_reasons: dict[str, str] = field(default_factory=dict)
     # The worker's root span for this response (None while not tracing).
     span: Any = None
+    # (positions, step start, step end) of each prefill chunk, while tracing.
+    prefill_chunks: list[tuple[range, float, float]] = field(default_factory=list)
 
     def queue_seconds(self) -> float | None:
         """Enqueue on the web tier to first scheduled by the engine."""
@@ -197,6 +199,15 @@ class ResponseTracker:
         closed = {"message": "The stream was ended by the web tier", "code": "stream_closed"}
         request_span_end(response.span, response, outcome="closed", at=time.time(), error=closed)
         return True
+
+    def on_prefill_chunks(
+        self, chunks: list[tuple[str, range]], started: float, ended: float
+    ) -> None:
+        """Note the prefill chunks one engine step computed (for the traces)."""
+        for response_id, positions in chunks:
+            response = self.active.get(response_id)
+            if response is not None and response.span is not None:
+                response.prefill_chunks.append((positions, started, ended))
 
     def on_output(self, output: Any) -> None:
         """Turn one engine RequestOutput into a delta and maybe a terminal event."""

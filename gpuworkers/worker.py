@@ -29,6 +29,7 @@ from wire import logs
 from wire.bus import BusUnavailable, WorkerBus
 from wire.events import error_body
 from wire.requests import GenerationRequest
+from wire.tracing import tracing_enabled
 from wire.workers import WorkerInfo, WorkerState
 
 logger = logging.getLogger(__name__)
@@ -232,6 +233,7 @@ class WorkerLoop:
             self.tracker.fail(request.response_id, error)
 
     def _step(self) -> None:
+        started = time.time()
         try:
             outputs = self.engine.step()
         except Exception:
@@ -242,6 +244,8 @@ class WorkerLoop:
                 raise EngineBroken(f"{self._step_failures} engine steps failed in a row") from None
             return
         self._step_failures = 0
+        if tracing_enabled():
+            self.tracker.on_prefill_chunks(self.engine.last_prefill_chunks, started, time.time())
         for output in outputs:
             self.tracker.on_output(output)
 

@@ -47,9 +47,19 @@ def recorded_spans() -> list[ReadableSpan]:
     _recorder.spans = None
 
 
+PREFILL_CHUNK = "engine.prefill_chunk"
+
+
 def spans_of_trace(spans: list[ReadableSpan], trace_id: int) -> dict[str, ReadableSpan]:
-    """The trace's spans by name (names are unique within one request's trace)."""
-    found = [s for s in spans if s.context.trace_id == trace_id]
+    """The trace's spans by name: names are unique within one request's
+    trace, but for the per-step prefill chunks (``prefill_chunks_of_trace``)."""
+    found = [s for s in spans if s.context.trace_id == trace_id and s.name != PREFILL_CHUNK]
     by_name = {s.name: s for s in found}
     assert len(by_name) == len(found), sorted(s.name for s in found)
     return by_name
+
+
+def prefill_chunks_of_trace(spans: list[ReadableSpan], trace_id: int) -> list[ReadableSpan]:
+    """The trace's ``engine.prefill_chunk`` spans, in prompt order."""
+    found = [s for s in spans if s.context.trace_id == trace_id and s.name == PREFILL_CHUNK]
+    return sorted(found, key=lambda s: s.attributes["llm.chunk.start"])

@@ -51,6 +51,8 @@ class LLMEngine:
         self.requests: dict[str, Request] = {}
         self._seq_ids = itertools.count()
         self._aborted: list[Request] = []
+        # (request id, positions) of each prefill chunk the last step computed.
+        self.last_prefill_chunks: list[tuple[str, range]] = []
         self.num_steps = 0
         self.prompt_tokens_sent = 0
         self.prompt_tokens_computed = 0
@@ -162,9 +164,16 @@ class LLMEngine:
         outputs = [self._final_output(r) for r in self._aborted]
         self._aborted.clear()
         batch = self.scheduler.schedule()
+        self.last_prefill_chunks = []
         if batch.is_empty:
             return outputs
         sampled = self.runner.execute(batch)
+        # Prefill chunks of this step, before on_step_done may finish their
+        # sequences: the worker's traces show one span per chunk.
+        self.last_prefill_chunks = [
+            (self.scheduler.seqs[item.seq_id].request.request_id, item.positions)
+            for item in batch.seqs[batch.num_decodes :]
+        ]
         self.num_steps += 1
         self.prompt_tokens_computed += batch.num_prompt_tokens
         receivers = self.scheduler.on_step_done(batch, [r.token_id for r in sampled])

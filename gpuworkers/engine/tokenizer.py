@@ -7,16 +7,28 @@ loads only the tokenizer, never weights.
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 from pathlib import Path
 
+# transformers imports its submodules lazily, and two threads doing that
+# first import at once can see a half-initialised module (seen as an
+# ImportError on a fresh web process taking concurrent requests): the first
+# load of each tokenizer happens under one lock.
+_load_lock = threading.Lock()
+
+
+def load_tokenizer(model_dir: str | Path):
+    """Load the Hugging Face fast tokenizer of a model directory (cached, thread-safe)."""
+    with _load_lock:
+        return _load_tokenizer(str(model_dir))
+
 
 @lru_cache(maxsize=8)
-def load_tokenizer(model_dir: str | Path):
-    """Load the Hugging Face fast tokenizer of a model directory (cached)."""
+def _load_tokenizer(model_dir: str):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(model_dir))
+    return AutoTokenizer.from_pretrained(model_dir)
 
 
 def apply_chat_template(tokenizer, messages: list[dict]) -> list[int]:

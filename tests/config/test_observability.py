@@ -27,7 +27,7 @@ from tests.gpuworkers.conftest import engine
 from tests.helpers import async_wait_until
 from tests.inference.asgi_client import asgi_post, sse_events
 from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
-from tests.tracing_helpers import recorded_spans, spans_of_trace
+from tests.tracing_helpers import prefill_chunks_of_trace, recorded_spans, spans_of_trace
 from wire import logs
 from wire.bus import get_worker_bus
 
@@ -78,7 +78,9 @@ async def test_one_streamed_request_is_one_trace_from_http_to_engine(
     """HTTP > dispatch > bus.submit > gpuworker.request > engine phases; relay > usage.settle."""
     _, key = await sync_to_async(api_key_factory)(tier="pro")
     request_id = f"req_trace_{uuid.uuid4().hex}"
-    body = {"model": DEMO, "messages": [{"role": "user", "content": "Hi"}], "stream": True}
+    # Long enough for several prefill chunks under the engine's 128-token budget.
+    content = f"Hi ({request_id}). " + "Say something about the sea and ships. " * 40
+    body = {"model": DEMO, "messages": [{"role": "user", "content": content}], "stream": True}
     stream = asgi_post(
         "/v1/chat/completions", key, {**body, "max_tokens": 4}, **{"x-request-id": request_id}
     )
@@ -112,6 +114,17 @@ async def test_one_streamed_request_is_one_trace_from_http_to_engine(
     assert prefill.end_time == decode.start_time <= decode.end_time
     assert [e.name for e in trace["gpuworker.request"].events] == ["first_token"]
     assert trace["engine.decode"].attributes["llm.completion_tokens"] == 4
+    # One span per engine step that computed part of the prompt, under the
+    # prefill span: together they cover the prompt after its cached prefix.
+    chunks = prefill_chunks_of_trace(recorded_spans, http.context.trace_id)
+    assert len(chunks) >= 3
+    assert {c.parent.span_id for c in chunks} == {prefill.context.span_id}
+    bounds = [(c.attributes["llm.chunk.start"], c.attributes["llm.chunk.stop"]) for c in chunks]
+    assert bounds[0][0] == prefill.attributes["llm.cached_tokens"]
+    assert bounds[-1][1] == prefill.attributes["llm.prompt_tokens"]
+    assert all(stop == start for (_, stop), (start, _) in zip(bounds, bounds[1:]))
+    assert all(stop - start <= 128 for start, stop in bounds)
+    assert all(c.attributes["request_id"] == request_id for c in chunks)
     assert trace["gpuworker.request"].attributes["worker_id"] == worker.worker_id
     assert {span.attributes.get("request_id") for span in trace.values()} == {request_id}
 

@@ -297,10 +297,11 @@ def test_one_streamed_request_is_one_trace_across_the_processes(observed):
         return found
 
     deadline = time.monotonic() + 30
-    while len(found := spans()) < 9 and time.monotonic() < deadline:
+    # The short prompt is one prefill chunk: ten spans, each name once.
+    while len(found := spans()) < 10 and time.monotonic() < deadline:
         time.sleep(0.3)
     by_name = {s["name"]: s for s in found}
-    assert len(by_name) == len(found) == 9, sorted(s["name"] for s in found)
+    assert len(by_name) == len(found) == 10, sorted(s["name"] for s in found)
     assert len({s["context"]["trace_id"] for s in found}) == 1
     parent = {name: s["parent_id"] for name, s in by_name.items()}
     span_id = {name: s["context"]["span_id"] for name, s in by_name.items()}
@@ -311,6 +312,7 @@ def test_one_streamed_request_is_one_trace_across_the_processes(observed):
     assert parent["gpuworker.request"] == span_id["bus.submit"]
     for phase in ("engine.queued", "engine.prefill", "engine.decode"):
         assert parent[phase] == span_id["gpuworker.request"]
+    assert parent["engine.prefill_chunk"] == span_id["engine.prefill"]
     assert parent["usage.settle"] == span_id["relay"]
     service = {name: s["resource"]["attributes"]["service.name"] for name, s in by_name.items()}
     assert {service[n] for n in (http, "dispatch", "bus.submit", "relay", "usage.settle")} == {
