@@ -29,14 +29,16 @@ class UsageRecordAdmin(admin.ModelAdmin):
         "prompt_tokens",
         "cached_tokens",
         "completion_tokens",
+        "tier",
+        "price",
         "ttft_ms",
         "duration_ms",
         "created_at",
     ]
-    list_filter = ["source", "status", "finish_reason", "model", "tenant__tier", "tenant"]
+    list_filter = ["source", "status", "finish_reason", "model", "tier", "tenant"]
     search_fields = ["response_id", "tenant__name", "api_key__prefix", "worker_id"]
     date_hierarchy = "created_at"
-    list_select_related = ["tenant", "api_key"]
+    list_select_related = ["tenant", "api_key", "tier", "price"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -19,7 +19,7 @@ from django.utils import timezone
 from billing.selectors.budgets import month_start
 from billing.selectors.invoices import MissingPrice
 from billing.selectors.reports import csv_text, gpu_cost_report
-from billing.services import budgets, gpu, invoices, rollups
+from billing.services import budget_alerts, gpu, invoices, rollups
 from tenants.models import Tenant
 from wire.bus import get_bus
 
@@ -67,7 +67,7 @@ def budgets_check() -> dict[int, list[str]]:
     """Email due budget alerts and correct the spend counters, for every tenant with a budget."""
     sent = {}
     for tenant in Tenant.objects.filter(monthly_budget__isnull=False, is_active=True):
-        kinds = budgets.budget_check(tenant=tenant)
+        kinds = budget_alerts.budget_check(tenant=tenant)
         if kinds:
             sent[tenant.pk] = kinds
     return sent

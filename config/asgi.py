@@ -25,6 +25,12 @@ require_secret_key()
 # Spans go where the OTEL_* environment says; off when it says nothing.
 tracing_configure(service_name="llm-platform-web")
 
+# The safety classifier takes seconds to load (scikit-learn): load it with
+# the server, not on the first request that needs it.
+from safety.checks.classifier import warm_in_background  # noqa: E402
+
+warm_in_background()
+
 if settings.EMBEDDED_ENGINE:
     # Start loading and warming the in-process engine with the server, not
     # on the first request, so the first chat does not wait for it.

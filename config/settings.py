@@ -100,6 +100,8 @@ INSTALLED_APPS = [
     "inference",
     "gpuworkers",
     "fleet",
+    # Moderation of prompts and replies, policies per tier and tenant (issue 20).
+    "safety",
     "console",
     # Last: wires the layers together once every app is ready.
     "config.apps.PlatformConfig",
@@ -369,11 +371,12 @@ EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH", str(BASE_DIR / ".cache" / "m
 # A GPU worker's price per hour (gpuworker --hourly-price overrides it).
 WORKER_HOURLY_PRICE = os.environ.get("WORKER_HOURLY_PRICE", "0")
 
-# Rate limits and quotas (tenants.ratelimit): Redis key prefix, and how long
-# a concurrency slot is held at most when its response never settles (a web
-# process died mid-response).
+# Rate limits, quotas and budget holds (tenants.ratelimit, billing.ledger):
+# their Redis key prefix, and the lease of a response's concurrency slot and
+# budget hold in seconds. The relay renews both every third of a lease while
+# the response lives, so a web process that dies frees them within one.
 RATE_LIMIT_PREFIX = os.environ.get("RATE_LIMIT_PREFIX", "rl")
-RATE_LIMIT_SLOT_TTL = env_int("RATE_LIMIT_SLOT_TTL", 900)
+RATE_LIMIT_SLOT_TTL = env_int("RATE_LIMIT_SLOT_TTL", 30)
 
 # Inference: served models and the engine.
 # Directory of the demo model, converted from GGUF on first use.
@@ -423,6 +426,9 @@ CONSOLE_RESUME_GRACE_SECONDS = env_int("CONSOLE_RESUME_GRACE_SECONDS", 10)
 # for a request's full length, so a chat must not ask for the tier's whole
 # output cap by default (4096 tokens would not even fit a small worker).
 CONSOLE_MAX_OUTPUT_TOKENS = env_int("CONSOLE_MAX_OUTPUT_TOKENS", 1024)
+# Safety (safety/): how long a process reuses a tenant's resolved policy
+# before reading it again (a change in another process shows after this).
+SAFETY_POLICY_CACHE_SECONDS = float(os.environ.get("SAFETY_POLICY_CACHE_SECONDS", "5"))
 
 # Observability (docs/architecture.md, "Observability"). A gpuworker's port
 # for /metrics, /healthz and /readyz (gpuworker --metrics-port; 0: none, as

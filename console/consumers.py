@@ -116,7 +116,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _forward(self, reply: services.Reply, after_seq: int) -> None:
         try:
-            async for frame in services.reply_frames(reply=reply, after_seq=after_seq):
+            frames = services.reply_frames(reply=reply, after_seq=after_seq, tenant=self.tenant)
+            async for frame in frames:
                 await self.send_json(frame)
         except asyncio.CancelledError:
             raise

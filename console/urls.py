@@ -1,6 +1,6 @@
 from django.urls import path
 
-from console import team_views, views
+from console import safety_views, team_views, views
 
 app_name = "console"
 
@@ -27,6 +27,7 @@ urlpatterns = [
     ),
     path("invitations/<str:token>/", team_views.invitation_accept_view, name="invitation_accept"),
     path("audit/", team_views.audit, name="audit"),
+    path("safety/", safety_views.safety, name="safety"),
     path("team/shadow/", team_views.shadow_consent, name="shadow_consent"),
     path("fleet/", views.fleet, name="fleet"),
     path("fleet/capacity/", views.capacity_view, name="capacity"),

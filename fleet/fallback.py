@@ -4,7 +4,8 @@ Three pieces, each used only when a database call has just failed:
 
 - API keys: every successful authentication is remembered in Redis for
   ``FLEET_AUTH_CACHE_SECONDS`` (prefix -> SHA-256 of the whole key, the
-  tenant and key ids, the cache salt, the tier name, the key's limits); with
+  tenant and key ids, the cache salt, the tier name, the key's limits, the
+  tenant's budget and its choice for when the budget cannot be checked); with
   the database down, a key is accepted if its hash matches that entry, and
   its tier's limits come from the control snapshot. A key the database
   refuses loses its entry at once, but only when the refused key is the
@@ -25,6 +26,7 @@ import json
 import logging
 import time
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import redis
@@ -69,6 +71,10 @@ def _redis() -> redis.Redis | None:
 # -- API keys ----------------------------------------------------------------------
 
 
+def _decimal_text(value: Decimal | None) -> str | None:
+    return None if value is None else str(value)
+
+
 def auth_cache_remember(*, api_key: ApiKey) -> None:
     """Store what authenticating this key again without the database needs."""
     client = _redis()
@@ -86,6 +92,10 @@ def auth_cache_remember(*, api_key: ApiKey) -> None:
         "allowed_models": list(api_key.allowed_models or []),
         "cache_salt": api_key.tenant.cache_salt,
         "tier": api_key.tenant.tier.name,
+        # The budget still binds while the database is down (billing's
+        # ledger holds the spend); the tenant's choice for when it cannot.
+        "monthly_budget": _decimal_text(api_key.tenant.monthly_budget),
+        "budget_when_redis_down": api_key.tenant.budget_when_redis_down,
     }
     try:
         client.set(
@@ -168,8 +178,16 @@ def auth_cache_authenticate(*, raw_key: str) -> ApiKey | None:
     if tier_settings is None:
         raise KeyUnverifiable(prefix)
     tier = Tier(**{f: getattr(tier_settings, f) for f in tier_settings.__slots__})
+    budget = entry.get("monthly_budget")
     tenant = Tenant(
-        pk=entry["tenant_id"], name=entry["tenant_name"], tier=tier, cache_salt=entry["cache_salt"]
+        pk=entry["tenant_id"],
+        name=entry["tenant_name"],
+        tier=tier,
+        cache_salt=entry["cache_salt"],
+        monthly_budget=Decimal(budget) if budget is not None else None,
+        budget_when_redis_down=entry.get(
+            "budget_when_redis_down", Tenant.BudgetWhenRedisDown.REFUSE
+        ),
     )
     return ApiKey(
         pk=entry["key_id"],

@@ -99,6 +99,34 @@ def logprobs_body(logprobs: list[Any] | None, to_bytes: TokenBytes) -> list[dict
     ]
 
 
+def prompt_logprobs_body(entries: list[Any] | None) -> list[dict[str, Any] | None] | None:
+    """Engine prompt logprobs in vLLM's shape: per prompt token None (the
+    first, which nothing predicts) or ``{token_id: {logprob, rank,
+    decoded_token}}`` for the token itself and its top alternatives."""
+    if entries is None:
+        return None
+    body: list[dict[str, Any] | None] = []
+    for entry in entries:
+        if entry is None:
+            body.append(None)
+            continue
+        ranked = {tid: (rank, tok, lp) for rank, (tid, tok, lp) in enumerate(entry.top, 1)}
+        # The prompt's own token first; its rank is known when it is among
+        # the alternatives (vLLM computes it always; None says "not among them").
+        own_rank = ranked.get(entry.token_id, (None,))[0]
+        item = {
+            str(entry.token_id): {
+                "logprob": entry.logprob,
+                "rank": own_rank,
+                "decoded_token": entry.token,
+            }
+        }
+        for tid, (rank, tok, lp) in ranked.items():
+            item.setdefault(str(tid), {"logprob": lp, "rank": rank, "decoded_token": tok})
+        body.append(item)
+    return body
+
+
 @dataclass(slots=True)
 class _Response:
     request: GenerationRequest
@@ -245,7 +273,10 @@ class ResponseTracker:
             self._observe_tokens(response, now)
         if choices:
             response.seq += 1
-            self._batch.append((output.request_id, delta_event(response.seq, choices)))
+            prompt_logprobs = prompt_logprobs_body(output.prompt_logprobs)
+            self._batch.append(
+                (output.request_id, delta_event(response.seq, choices, prompt_logprobs))
+            )
         if output.finished:
             self._finish(output.request_id, response)
 

@@ -10,9 +10,10 @@ from django.http import HttpRequest
 from ninja import Header, NinjaAPI, Router
 
 from fleet.selectors import served_model_get, served_model_list
-from inference import relay, services
+from inference import moderation, relay, services
 from inference.auth import api_key_auth
 from inference.errors import ModelNotFound, install_error_handlers
+from inference.moderation_schemas import ModerationRequest, ModerationResponse
 from inference.schemas import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -120,6 +121,14 @@ async def resume_chat_completion(
     after_seq = relay.parse_last_event_id(last_event_id) if after is None else max(0, after)
     tap = await services.chat_completion_resume(api_key=request.auth, response_id=response_id)
     return await relay.stream_response(tap, after_seq=after_seq)
+
+
+@router.post("/moderations", response={200: ModerationResponse, **ERRORS}, tags=["moderations"])
+async def create_moderation(request: HttpRequest, payload: ModerationRequest):
+    """Classify texts with the checks and the tenant's policy of the chat path (safety/)."""
+    return await moderation.moderations_create(
+        tenant=request.auth.tenant, inputs=payload.texts, model=payload.model
+    )
 
 
 def register(api: NinjaAPI) -> None:

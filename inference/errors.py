@@ -67,6 +67,19 @@ class ContextLengthExceeded(InvalidRequest):
         super().__init__(message, param="messages")
 
 
+class ContentPolicyViolation(InvalidRequest):
+    """A prompt the tenant's safety policy refuses (safety/), before any GPU work."""
+
+    code = "content_policy_violation"
+    default_message = (
+        "Your request was rejected as a result of our safety system. Your prompt may "
+        "contain text that is not allowed by the safety policy of your organization."
+    )
+
+    def __init__(self, message: str | None = None):
+        super().__init__(message, param="messages")
+
+
 class RequestTooLarge(InvalidRequest):
     status = 413
     code = "request_too_large"

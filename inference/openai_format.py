@@ -215,11 +215,15 @@ class CompletionBuilder:
     texts: dict[int, list[str]] = field(default_factory=dict)
     token_logprobs: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     finish_reasons: dict[int, str] = field(default_factory=dict)
+    # vLLM's extra: per prompt token, its logprob and alternatives.
+    prompt_logprobs: list | None = None
 
     def add(self, event: dict[str, Any]) -> None:
         self.ledger.add(event)
         if event["type"] != EventType.DELTA:
             return
+        if "prompt_logprobs" in event:
+            self.prompt_logprobs = event["prompt_logprobs"]
         for c in event["choices"]:
             index = c["index"]
             self.texts.setdefault(index, []).append(c.get("text") or "")
@@ -247,7 +251,7 @@ class CompletionBuilder:
                     "finish_reason": self.finish_reasons.get(i) or reasons.get(str(i)) or default,
                 }
             )
-        return {
+        result = {
             "id": self.response_id,
             "object": "chat.completion",
             "created": self.created,
@@ -255,3 +259,6 @@ class CompletionBuilder:
             "choices": choices,
             "usage": self.ledger.summary(terminal).payload(),
         }
+        if self.prompt_logprobs is not None:
+            result["prompt_logprobs"] = self.prompt_logprobs
+        return result

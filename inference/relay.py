@@ -21,6 +21,7 @@ by status, relay and usage-settlement lag.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -34,6 +35,7 @@ from django.http import JsonResponse, StreamingHttpResponse
 from inference import metrics
 from inference.dispatch import cancel_request, stream_events
 from inference.errors import APIError, InvalidRequest, ServerError, ServiceUnavailable
+from inference.limits import LeaseKeeper
 from inference.openai_format import ChunkStream, CompletionBuilder, UsageLedger, UsageSummary
 from wire.events import TERMINAL_EVENTS, EventType, error_body, terminal_event, usage_body
 from wire.tracing import tracer
@@ -48,6 +50,10 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 # Background tasks must be referenced until done: the event loop keeps only
 # weak references, and a collected task would drop a usage record.
 _background: set[asyncio.Task] = set()
+
+
+# A filter over a response's events (inference.moderation.reply_guard).
+Guard = Callable[[AsyncIterator[dict[str, Any]]], AsyncIterator[dict[str, Any]]]
 
 
 def spawn(coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
@@ -102,8 +108,10 @@ class ResponseTap:
         "sent_at",
         "_queue",
         "_on_terminal",
+        "_leases",
         "_ended",
         "_abort",
+        "_guard",
     )
 
     def __init__(
@@ -113,8 +121,13 @@ class ResponseTap:
         on_terminal: Callable[[ResponseRoute, UsageSummary], Awaitable[None]] | None,
         abort_on_abandon: bool,
         sent_at: float | None = None,
+        leases: LeaseKeeper | None = None,
+        guard: Guard | None = None,
     ):
         self.route = route
+        # Safety (inference.moderation.reply_guard): filters the events, and
+        # may end the response with content_filter before the worker does.
+        self._guard = guard
         # When the request was enqueued (GenerationRequest.created_at): the
         # origin of the worker's durations, for the lag metrics.
         self.sent_at = sent_at
@@ -122,6 +135,8 @@ class ResponseTap:
         self.headers: dict[str, str] = {}
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._on_terminal = on_terminal
+        # Renews the response's leases (slot, budget hold) while it is read.
+        self._leases = leases
         self._ended = False
         self._abort = abort_on_abandon
         self.task: asyncio.Task | None = None
@@ -134,9 +149,16 @@ class ResponseTap:
         on_terminal: Callable[[ResponseRoute, UsageSummary], Awaitable[None]] | None = None,
         abort_on_abandon: bool = True,
         sent_at: float | None = None,
+        leases: LeaseKeeper | None = None,
+        guard: Guard | None = None,
     ) -> ResponseTap:
         tap = cls(
-            route, on_terminal=on_terminal, abort_on_abandon=abort_on_abandon, sent_at=sent_at
+            route,
+            on_terminal=on_terminal,
+            abort_on_abandon=abort_on_abandon,
+            sent_at=sent_at,
+            leases=leases,
+            guard=guard,
         )
         tap.task = spawn(tap._run())
         return tap
@@ -145,6 +167,7 @@ class ResponseTap:
         route = self.route
         attributes = {"response_id": route.response_id, "worker_id": route.worker_id}
         with (
+            self._leases or contextlib.nullcontext(),
             metrics.STREAMS_OPEN.labels(route.model).track_inprogress(),
             tracer.start_as_current_span("relay", attributes=attributes) as span,
         ):
@@ -154,10 +177,11 @@ class ResponseTap:
         """Read the events through the terminal one; returns its type."""
         ledger = UsageLedger()
         terminal = None
+        events = stream_events(self.route.response_id, worker_id=self.route.worker_id)
+        if self._guard is not None:
+            events = self._guard(events)
         try:
-            async for event in stream_events(
-                self.route.response_id, worker_id=self.route.worker_id
-            ):
+            async for event in events:
                 ledger.add(event)
                 # stream_events ends right after the terminal event.
                 if event["type"] in TERMINAL_EVENTS:
@@ -175,6 +199,9 @@ class ResponseTap:
                 # Its client gets a failed ending now; the worker must not
                 # keep generating tokens that nobody reads or bills.
                 spawn(_cancel_quietly(self.route))
+        if self._leases is not None:
+            # Ended: the settlement below releases what was renewed.
+            self._leases.stop()
         final = terminal or _interrupted(ledger)
         model = self.route.model
         ended_at = metrics.worker_ended_at(final, sent_at=self.sent_at)

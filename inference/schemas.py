@@ -1,7 +1,11 @@
 """Request and response schemas of the OpenAI-compatible API.
 
 Requests are validated strictly and reject unknown fields: a parameter the platform does not implement
-(tools, logit_bias, ...) gets a 400 naming it instead of being ignored.
+(tools, ...) gets a 400 naming it instead of being ignored. Besides OpenAI's
+own sampling parameters the request takes vLLM's extra ones (top_k, min_p,
+repetition_penalty, min_tokens, ignore_eos, stop_token_ids, bad_words,
+include_stop_str_in_output, skip_special_tokens, prompt_logprobs) with
+vLLM's meaning, and ``deterministic`` (ours: bitwise-reproducible output).
 Responses mirror OpenAI's ``chat.completion`` and ``chat.completion.chunk``;
 the endpoints build them as dicts on the hot path and these classes document
 them in the OpenAPI schema.
@@ -12,13 +16,21 @@ from typing import Annotated, Literal
 from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
-from gpuworkers.engine.sampling_params import MAX_N, MAX_STOP_STRINGS, MAX_TOP_LOGPROBS
 from inference.errors import InvalidRequest
+from wire.limits import (
+    LOGIT_BIAS_RANGE,
+    MAX_BAD_WORD_CHARS,
+    MAX_BAD_WORDS,
+    MAX_LOGIT_BIAS,
+    MAX_N,
+    MAX_PROMPT_LOGPROBS,
+    MAX_STOP_STRING_CHARS,
+    MAX_STOP_STRINGS,
+    MAX_STOP_TOKEN_IDS,
+    MAX_TOP_LOGPROBS,
+)
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-# Stop strings are matched against the output after every token; a huge one
-# would be held back and compared at every step for nothing.
-MAX_STOP_STRING_CHARS = 256
 
 
 def _encodable(value: str) -> str:
@@ -61,14 +73,13 @@ class StreamOptions(StrictSchema):
     include_usage: bool | None = None
 
 
+# Stop strings are matched against the output after every token; a huge one
+# would be held back and compared at every step for nothing.
 StopString = Annotated[str, Field(min_length=1, max_length=MAX_STOP_STRING_CHARS), ENCODABLE]
-UnsupportedPenalty = Annotated[
-    float,
-    Field(
-        description="Accepted for compatibility; only 0 is supported.",
-        json_schema_extra={"minimum": 0, "maximum": 0},
-    ),
-]
+BadWord = Annotated[str, Field(min_length=1, max_length=MAX_BAD_WORD_CHARS), ENCODABLE]
+Penalty = Annotated[float, Field(ge=-2, le=2)]
+TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
+Bias = Annotated[float, Field(ge=-LOGIT_BIAS_RANGE, le=LOGIT_BIAS_RANGE)]
 
 
 class ChatCompletionRequest(StrictSchema):
@@ -86,14 +97,33 @@ class ChatCompletionRequest(StrictSchema):
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     user: Annotated[str, Field(max_length=256), ENCODABLE] | None = None
-    presence_penalty: UnsupportedPenalty | None = None
-    frequency_penalty: UnsupportedPenalty | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    # Token id (a string, as JSON keys are) -> bias added to its logit.
+    logit_bias: Annotated[dict[str, Bias], Field(max_length=MAX_LOGIT_BIAS)] | None = None
+    # vLLM's extra sampling parameters.
+    top_k: Annotated[int, Field(ge=-1, le=2**31 - 1)] | None = None
+    min_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0, le=2)] | None = None
+    min_tokens: Annotated[int, Field(ge=0)] | None = None
+    ignore_eos: bool | None = None
+    stop_token_ids: Annotated[list[TokenId], Field(max_length=MAX_STOP_TOKEN_IDS)] | None = None
+    bad_words: Annotated[list[BadWord], Field(max_length=MAX_BAD_WORDS)] | None = None
+    include_stop_str_in_output: bool | None = None
+    skip_special_tokens: bool | None = None
+    prompt_logprobs: Annotated[int, Field(ge=0, le=MAX_PROMPT_LOGPROBS)] | None = None
+    # Ours: bitwise the same tokens and logprobs for the same request
+    # whatever else is batched or cached with it (README, "Determinism").
+    deterministic: bool | None = None
 
-    @field_validator("presence_penalty", "frequency_penalty")
+    @field_validator("logit_bias")
     @classmethod
-    def _only_zero_penalty(cls, value: float | None) -> float | None:
-        if value:
-            raise ValueError("only 0 is supported by this platform")
+    def _token_id_keys(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key in value or {}:
+            if not key.isdigit() or int(key) > 2**31 - 1:
+                raise ValueError(
+                    f"logit_bias keys must be token ids (non-negative integers): {key!r}"
+                )
         return value
 
     # Cross-field rules raise InvalidRequest (not ValueError) so the 400
@@ -102,6 +132,12 @@ class ChatCompletionRequest(StrictSchema):
     def _cross_field_rules(self) -> "ChatCompletionRequest":
         if self.top_logprobs and not self.logprobs:
             raise InvalidRequest("top_logprobs requires logprobs to be true.", param="top_logprobs")
+        if self.prompt_logprobs is not None and self.stream:
+            # As vLLM: prompt logprobs come whole with the response, never
+            # streamed (a stream's first chunk must not wait for them).
+            raise InvalidRequest(
+                "prompt_logprobs is not available when stream is true.", param="prompt_logprobs"
+            )
         if self.stream_options is not None and not self.stream:
             raise InvalidRequest(
                 "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
@@ -178,6 +214,12 @@ class Usage(Schema):
     prompt_tokens_details: PromptTokensDetails
 
 
+class PromptLogprob(Schema):
+    logprob: float
+    rank: int | None = None
+    decoded_token: str
+
+
 class ChatCompletion(Schema):
     id: str
     object: Literal["chat.completion"]
@@ -186,6 +228,9 @@ class ChatCompletion(Schema):
     system_fingerprint: str | None = None
     choices: list[Choice]
     usage: Usage
+    # With the request's prompt_logprobs (vLLM's extra): per prompt token,
+    # None for the first, else token id -> its logprob and alternatives'.
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
 
 
 class ChunkDelta(Schema):

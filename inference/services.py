@@ -11,7 +11,6 @@ they can add response headers through ``ResponseTap.headers``.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import time
@@ -28,13 +27,11 @@ from django.db import DatabaseError
 from redis.exceptions import RedisError
 
 from billing.models import UsageRecord
-from billing.selectors import usage_month_tokens
-from billing.services import BudgetExhausted, budget_admit, usage_record_create
+from billing.services import BudgetHold, usage_record_create
 from fleet.fallback import db_mark_down, db_marked_down, usage_outbox_push
 from fleet.models import ServedModel
 from fleet.routing import conversation_routing_key
 from fleet.selectors import catalog_model_get, served_model_dir
-from gpuworkers.engine.sampling_params import InvalidSamplingParams, SamplingParams
 from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
 from inference import metrics
 from inference.admission import QueueWaitExceeded
@@ -42,24 +39,25 @@ from inference.dispatch import NoWorkerAvailable, dispatch_request
 from inference.errors import (
     APIError,
     ContextLengthExceeded,
-    InsufficientQuota,
     InvalidRequest,
     ModelNotFound,
     NotFound,
     ServiceUnavailable,
-    rate_limit_error,
 )
+from inference.limits import (
+    Admission,
+    LeaseKeeper,
+    limits_admit,
+    limits_release,
+    limits_settle,
+)
+from inference.moderation import PromptSafety, policy_get, prompt_screen, reply_guard
 from inference.relay import ResponseRoute, ResponseTap, UsageSummary, route_cache_key
+from inference.sampling import sampling_for
 from inference.schemas import ChatCompletionRequest
 from inference.selectors import response_route_get
 from tenants.models import ApiKey, Tenant, Tier
-from tenants.ratelimit import (
-    Ticket,
-    limits_for,
-    limits_for_tenant,
-    rate_limit_admit,
-    rate_limit_settle,
-)
+from tenants.ratelimit import Ticket
 from wire import logs
 from wire.bus import BusUnavailable, get_bus
 from wire.requests import GenerationRequest
@@ -127,30 +125,9 @@ def chat_prompt_prepare(
             f"messages, {max(max_tokens, 1)} in the completion). Please reduce the length "
             "of the messages or completion."
         )
-    return PreparedPrompt(prompt_token_ids=prompt_ids, sampling=_sampling(request, max_tokens))
-
-
-def _sampling(request: ChatCompletionRequest, max_tokens: int) -> dict[str, Any]:
-    temperature = 1.0 if request.temperature is None else request.temperature
-    top_p = 1.0 if request.top_p is None else request.top_p
-    if top_p == 0:
-        # The nucleus always keeps the most likely token, so top_p -> 0 is
-        # greedy decoding; the engine wants top_p in (0, 1].
-        temperature, top_p = 0.0, 1.0
-    try:
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            seed=request.seed,
-            n=request.n or 1,
-            stop=request.stop_list,
-            logprobs=bool(request.logprobs),
-            top_logprobs=request.top_logprobs or 0,
-        )
-    except InvalidSamplingParams as exc:
-        raise InvalidRequest(str(exc), param=exc.param) from exc
-    return dataclasses.asdict(params)
+    return PreparedPrompt(
+        prompt_token_ids=prompt_ids, sampling=sampling_for(request, max_tokens, len(tokenizer))
+    )
 
 
 async def chat_completion_start(
@@ -208,39 +185,31 @@ async def completion_start(
         raise ModelNotFound(request.model)
     # Known now: every later log line and span of this request carries them.
     logs.bind(tenant=tenant.pk, model=model.name)
+    # Safety (issue 20): the prompt stage, before anything is counted or
+    # billed; a blocked prompt is a 400, PII may come back redacted.
+    request, safety = await prompt_screen(
+        tenant=tenant, request=request, model=model.name, api_key=api_key, user=user, source=source
+    )
     # Tokenizing is CPU work and needs no database: any pool thread will do.
     prepared = await sync_to_async(chat_prompt_prepare, thread_sensitive=False)(
         request=request, model=model, tier=tier, default_max_tokens=default_max_tokens
     )
-    # The monthly budget's hard stop (issue 6): 429 insufficient_quota.
-    if not db_marked_down():
-        try:
-            await budget_admit(tenant_id=tenant.pk)
-        except BudgetExhausted as exc:
-            metrics.request_refused(reason=metrics.BUDGET, tier=tier.name, model=model.name)
-            raise InsufficientQuota(exc.message) from exc
-        except DatabaseError:
-            # PostgreSQL is down: serve from the snapshot (fleet.fallback);
-            # the budget applies again once the database is back.
-            db_mark_down()
-    # Rate limits and quotas (issue 5): one atomic check before any GPU work.
+    # The budget's worst-case hold, then rate limits and quotas (issue 17):
+    # atomic claims before any GPU work, both given back if it goes no further.
     api_key_id = api_key.pk if api_key is not None else None
     ticket = Ticket.for_response(
         response_id=new_response_id(), api_key_id=api_key_id, tenant_id=tenant.pk
     )
     sampling = prepared.sampling
-    reserved = len(prepared.prompt_token_ids) + sampling["n"] * sampling["max_tokens"]
-    limits = limits_for(api_key) if api_key is not None else limits_for_tenant(tenant)
-    try:
-        decision = await rate_limit_admit(
-            ticket=ticket, limits=limits, tokens=reserved, quota_used=usage_month_tokens
-        )
-    except RedisError as exc:
-        # The bus lives in the same Redis: nothing could be served anyway.
-        raise ServiceUnavailable(code="bus_unavailable") from exc
-    if not decision.admitted:
-        metrics.request_refused(reason=decision.outcome, tier=tier.name, model=model.name)
-        raise rate_limit_error(decision, tokens=reserved)
+    admission = await limits_admit(
+        tenant=tenant,
+        api_key=api_key,
+        ticket=ticket,
+        model=model.name,
+        prompt_tokens=len(prepared.prompt_token_ids),
+        completion_tokens=sampling["n"] * sampling["max_tokens"],
+    )
+    decision = admission.decision
     try:
         attribution = Attribution(
             api_key_id=api_key_id,
@@ -251,13 +220,12 @@ async def completion_start(
         routing_key = conversation_routing_key(
             messages=request.messages, conversation_id=conversation_id, user=request.user
         )
-        tap = await _dispatch(tenant, attribution, request, model, prepared, ticket, routing_key)
+        tap = await _dispatch(
+            tenant, attribution, request, model, prepared, admission, routing_key, safety
+        )
     except BaseException as exc:
-        # Never reached a worker: free the slot and refund the reservation.
-        try:
-            await rate_limit_settle(ticket=ticket, tokens=0, quota_tokens=0)
-        except Exception:
-            logger.warning("Could not refund %s", ticket.response_id, exc_info=True)
+        # Never reached a worker: free the slot, refund the reservations.
+        await limits_release(admission)
         if isinstance(exc, APIError):
             exc.headers = {**decision.headers(), **exc.headers}
         if isinstance(exc, QueueWaitExceeded):
@@ -273,12 +241,13 @@ async def _dispatch(
     request: ChatCompletionRequest,
     model: ServedModel,
     prepared: PreparedPrompt,
-    ticket: Ticket,
+    admission: Admission,
     routing_key: str,
+    safety: PromptSafety,
 ) -> ResponseTap:
     tier = tenant.tier
     generation = GenerationRequest(
-        response_id=ticket.response_id,
+        response_id=admission.ticket.response_id,
         model=model.name,
         prompt_token_ids=prepared.prompt_token_ids,
         sampling=prepared.sampling,
@@ -310,8 +279,13 @@ async def _dispatch(
         model_version=worker.version,
     )
     await response_route_save(route=route)
-    settle = functools.partial(usage_and_limits_settle, ticket, attribution=attribution)
-    return ResponseTap.start(route, on_terminal=settle, sent_at=generation.created_at)
+    return ResponseTap.start(
+        route,
+        on_terminal=functools.partial(usage_and_limits_settle, admission, attribution=attribution),
+        leases=LeaseKeeper(admission),
+        sent_at=generation.created_at,
+        guard=safety.reply_guard(route, sent_at=generation.created_at),
+    )
 
 
 async def chat_completion_resume(*, api_key: ApiKey, response_id: str) -> ResponseTap:
@@ -330,7 +304,11 @@ async def chat_completion_resume(*, api_key: ApiKey, response_id: str) -> Respon
         raise NotFound(
             f"No response with id '{response_id}' is available to resume.", param="response_id"
         )
-    return ResponseTap.start(route, abort_on_abandon=False)
+    # The owner's cut, replayed: the same policy cuts at the same event.
+    policy = await policy_get(api_key.tenant)
+    return ResponseTap.start(
+        route, abort_on_abandon=False, guard=reply_guard(policy=policy, n=route.n)
+    )
 
 
 async def response_route_save(*, route: ResponseRoute) -> None:
@@ -350,9 +328,17 @@ async def response_route_save(*, route: ResponseRoute) -> None:
 
 
 async def usage_settle(
-    route: ResponseRoute, usage: UsageSummary, *, attribution: Attribution | None = None
+    route: ResponseRoute,
+    usage: UsageSummary,
+    *,
+    attribution: Attribution | None = None,
+    hold: BudgetHold | None = None,
 ) -> None:
-    """Write the response's one UsageRecord (idempotent on the response id)."""
+    """Write the response's one UsageRecord (idempotent on the response id).
+
+    With the admission's budget ``hold``, the record carries the tier it was
+    admitted on and the price the hold was priced at.
+    """
     if attribution is None:
         attribution = Attribution(
             api_key_id=route.api_key_id,
@@ -378,6 +364,8 @@ async def usage_settle(
         duration_ms=usage.duration_ms,
         worker_id=route.worker_id,
         model_version=route.model_version,
+        tier_id=hold.tier_id if hold is not None else None,
+        price_id=hold.price_id if hold is not None else None,
     )
     try:
         if db_marked_down():
@@ -391,22 +379,19 @@ async def usage_settle(
 
 
 async def usage_and_limits_settle(
-    ticket: Ticket,
+    admission: Admission,
     route: ResponseRoute,
     usage: UsageSummary,
     *,
     attribution: Attribution | None = None,
 ) -> None:
-    """The tap's terminal hook: the usage record, then the rate-limit settlement.
-
-    Every ending converges here (completed, failed, cancelled, client gone),
-    and the settlement is idempotent per response id. A response that ended
-    before its first token is refunded from the per-minute windows; the
-    monthly quota is charged what the usage record bills.
+    """The tap's terminal hook: the usage record, then the budget and rate-limit
+    settlements (``limits_settle``). Every ending converges here (completed,
+    failed, cancelled, client gone); each step is idempotent per response id.
     """
-    billed = usage.prompt_tokens + usage.completion_tokens
-    refund = usage.status != "completed" and usage.completion_tokens == 0
     try:
-        await usage_settle(route, usage, attribution=attribution)
+        await usage_settle(route, usage, attribution=attribution, hold=admission.hold)
     finally:
-        await rate_limit_settle(ticket=ticket, tokens=0 if refund else billed, quota_tokens=billed)
+        # After the record: until its hold turns into spend, the response
+        # counts as held, so it never counts nowhere.
+        await limits_settle(admission, usage)

@@ -41,6 +41,7 @@ class TenantAdmin(admin.ModelAdmin):
         "tier",
         "is_active",
         "monthly_budget",
+        "budget_when_redis_down",
         "shadow_opt_in",
         "created_at",
     ]

@@ -59,8 +59,22 @@ class Tenant(models.Model):
     # Mixed into prefix-cache block hashes so tenants never share KV blocks
     # (a cache hit would leak timing about another tenant's prompts).
     cache_salt = models.CharField(max_length=64, default=new_cache_salt, editable=False)
+
+    class BudgetWhenRedisDown(models.TextChoices):
+        REFUSE = "refuse", "Refuse requests (the budget holds)"
+        ALLOW = "allow", "Serve requests (the budget may be passed)"
+
     # Monthly spending cap in the billing currency; None means no cap.
     monthly_budget = models.DecimalField(max_digits=12, decimal_places=2, null=True, blank=True)
+    # With a budget, admission reserves each request's worst-case cost in
+    # Redis; without Redis that cannot be checked, and this decides.
+    budget_when_redis_down = models.CharField(
+        max_length=8,
+        choices=BudgetWhenRedisDown.choices,
+        default=BudgetWhenRedisDown.REFUSE,
+        help_text="What requests get while the budget's reservations cannot be checked "
+        "(Redis unreachable): refused (503), or served without the hard stop.",
+    )
     # Shadow comparisons store completions for review: only with consent.
     shadow_opt_in = models.BooleanField(
         default=False,

@@ -66,8 +66,15 @@ def created_event(
     }
 
 
-def delta_event(seq: int, choices: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"type": EventType.DELTA.value, "seq": seq, "choices": choices}
+def delta_event(
+    seq: int, choices: list[dict[str, Any]], prompt_logprobs: list | None = None
+) -> dict[str, Any]:
+    """New text per choice; the first delta of a ``prompt_logprobs`` request
+    also carries them, in vLLM's shape (``prompt_logprobs_body``)."""
+    event = {"type": EventType.DELTA.value, "seq": seq, "choices": choices}
+    if prompt_logprobs is not None:
+        event["prompt_logprobs"] = prompt_logprobs
+    return event
 
 
 def usage_body(

@@ -62,6 +62,16 @@ class UsageRecord(models.Model):
     model_version = models.CharField(max_length=64, blank=True)
     # A console "Regenerate" of an earlier reply: a quality signal for rollouts.
     regenerated = models.BooleanField(default=False)
+    # What the response is billed at: the tenant's tier when it was admitted
+    # and the price in force for it then, so a later tier change or a
+    # back-dated price never reprices it. Null price: none was in force
+    # (invoices then look the tier's price up for the record's day).
+    tier = models.ForeignKey(
+        "tenants.Tier", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    price = models.ForeignKey(
+        "billing.Price", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -3,7 +3,7 @@
 from datetime import date
 from decimal import Decimal
 
-from billing.selectors.pricing import PriceBook
+from billing.selectors.pricing import Pricer
 from billing.selectors.usage import usage_groups
 from tenants.models import Tenant
 
@@ -19,21 +19,16 @@ def month_end(period: date) -> date:
 
 
 def month_spend(*, tenant: Tenant, period: date) -> Decimal:
-    """Exact (unrounded) cost of the tenant's billable usage in the month of ``period``.
+    """Exact (unrounded) cost of the tenant's billable usage in the month of ``period``,
+    each record at the price it carries.
 
     An aggregate over the month's records: for budget checks and for
     re-seeding the request path's counter, never per request.
     """
     period = month_start(period)
-    book = PriceBook.for_tier(tenant.tier_id)
+    pricer = Pricer()
     total = Decimal(0)
     for g in usage_groups(start=period, end=month_end(period), tenant_ids=[tenant.pk]):
         if g.billable:
-            total += book.cost(
-                g.model,
-                g.day,
-                prompt_tokens=g.prompt_tokens,
-                cached_tokens=g.cached_tokens,
-                completion_tokens=g.completion_tokens,
-            )
+            total += pricer.cost(g)
     return total

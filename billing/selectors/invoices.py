@@ -11,9 +11,9 @@ from django.db.models import QuerySet
 from billing.models import Invoice, Price
 from billing.models.invoices import to_cents
 from billing.selectors.budgets import month_end, month_start
-from billing.selectors.pricing import PriceBook
+from billing.selectors.pricing import Pricer
 from billing.selectors.usage import usage_groups
-from tenants.models import Tenant
+from tenants.models import Tenant, Tier
 
 
 class MissingPrice(LookupError):
@@ -37,21 +37,26 @@ class LineDraft:
 
 
 def invoice_lines_compute(*, tenant: Tenant, period: date) -> list[LineDraft]:
-    """The month's billable usage per model and price in force, from the UsageRecords.
+    """The month's billable usage per model and price, from the UsageRecords.
 
-    A price change mid-month splits a model's usage into one line per
-    price. Raises MissingPrice when billable usage has no price in force.
+    Each record is billed at the price it carries (the one in force for its
+    tier when it happened), so a price change or a tier change mid-month
+    splits a model's usage into one line per price, and neither reprices
+    earlier usage. Records that carry none (no price was in force) take the
+    price in force for their tier and day now. Raises MissingPrice when
+    billable usage has no price at all.
     """
     period = month_start(period)
-    book = PriceBook.for_tier(tenant.tier_id)
+    pricer = Pricer()
     lines: dict[tuple[str, int], LineDraft] = {}
     for g in usage_groups(start=period, end=month_end(period), tenant_ids=[tenant.pk]):
         if not g.billable:
             continue
-        price = book.price(g.model, g.day)
+        price = pricer.price(price_id=g.price_id, tier_id=g.tier_id, model=g.model, day=g.day)
         if price is None:
             raise MissingPrice(
-                f"No price for model {g.model!r} on tier {tenant.tier} on {g.day}: "
+                f"No price for model {g.model!r} on tier {Tier.objects.get(pk=g.tier_id)} "
+                f"on {g.day}: "
                 "add one in the admin, then issue the invoice again."
             )
         line = lines.setdefault(

@@ -1,4 +1,10 @@
-"""Prices in force: which Price applies to a model, tier and day."""
+"""Prices in force: which Price applies to a model, tier and day.
+
+A UsageRecord carries its tier and the price in force when it happened
+(``UsageRecord.tier``, ``.price``); ``Pricer`` prices usage by those, and
+looks the tier's price up for the day only where a record has none (none
+was in force then; one added since applies).
+"""
 
 from __future__ import annotations
 
@@ -61,4 +67,45 @@ class PriceBook:
             prompt_tokens=prompt_tokens,
             cached_tokens=cached_tokens,
             completion_tokens=completion_tokens,
+        )
+
+
+def price_in_force(*, tier_id: int, model: str, day: date) -> Price | None:
+    """The price of ``model`` on ``tier_id`` on ``day`` (one query)."""
+    return (
+        Price.objects.filter(tier_id=tier_id, model=model, effective_from__lte=day)
+        .order_by("-effective_from")
+        .first()
+    )
+
+
+class Pricer:
+    """Prices usage groups at the price each record carries (loaded once per id)."""
+
+    def __init__(self) -> None:
+        self._prices: dict[int, Price] = {}
+        self._books: dict[int, PriceBook] = {}
+
+    def price(self, *, price_id: int | None, tier_id: int, model: str, day: date) -> Price | None:
+        if price_id is not None:
+            price = self._prices.get(price_id)
+            if price is None:
+                price = self._prices[price_id] = Price.objects.get(pk=price_id)
+            return price
+        book = self._books.get(tier_id)
+        if book is None:
+            book = self._books[tier_id] = PriceBook.for_tier(tier_id)
+        return book.price(model, day)
+
+    def cost(self, group) -> Decimal:
+        """Exact cost of a ``UsageGroup``; zero when no price applies."""
+        price = self.price(
+            price_id=group.price_id, tier_id=group.tier_id, model=group.model, day=group.day
+        )
+        if price is None:
+            return Decimal(0)
+        return price.cost(
+            prompt_tokens=group.prompt_tokens,
+            cached_tokens=group.cached_tokens,
+            completion_tokens=group.completion_tokens,
         )

@@ -8,7 +8,7 @@ from django.db.models import BooleanField, Case, Count, QuerySet, Sum, Value, Wh
 from django.db.models.functions import Coalesce, TruncDate
 
 from billing.models import UsageRecord
-from billing.selectors.pricing import BILLABLE_STATUSES, PriceBook
+from billing.selectors.pricing import BILLABLE_STATUSES, Pricer
 from tenants.models import ApiKey, Tenant
 
 
@@ -25,13 +25,18 @@ def usage_list(
 
 
 def usage_month_tokens(*, tenant_id: int, period: str) -> int:
-    """Tokens the tenant's usage records hold for the month ``period`` (YYYYMM).
+    """Billable tokens of the tenant's usage records in the month ``period`` (YYYYMM).
 
-    Seeds the rate limiter's monthly quota counter (``tenants.ratelimit``).
+    Seeds the rate limiter's monthly quota counter (``tenants.ratelimit``),
+    which charges what is billed: failed responses count nothing.
     """
     since = datetime(int(period[:4]), int(period[4:]), 1, tzinfo=UTC)
-    # usage_totals only filters on the tenant: an unsaved instance with the pk suffices.
-    return usage_totals(tenant=Tenant(pk=tenant_id), since=since)["total_tokens"]
+    # Only the tenant is filtered on: an unsaved instance with the pk suffices.
+    records = usage_list(tenant=Tenant(pk=tenant_id), since=since)
+    totals = records.filter(status__in=BILLABLE_STATUSES).aggregate(
+        prompt=Coalesce(Sum("prompt_tokens"), 0), completion=Coalesce(Sum("completion_tokens"), 0)
+    )
+    return int(totals["prompt"]) + int(totals["completion"])
 
 
 def usage_totals(*, tenant: Tenant, since: datetime | None = None) -> dict[str, int]:
@@ -61,7 +66,11 @@ def usage_get(*, tenant: Tenant, response_id: str) -> UsageRecord | None:
 
 @dataclass(slots=True)
 class UsageGroup:
-    """Usage of one tenant, day, key and model, split by billability."""
+    """Usage of one tenant, day, key, model, tier and price, split by billability.
+
+    ``tier_id`` and ``price_id`` are the records' own (the tier they were
+    admitted on, the price in force then; ``price_id`` None where none was).
+    """
 
     tenant_id: int
     tier_id: int
@@ -69,6 +78,7 @@ class UsageGroup:
     api_key_id: int | None
     model: str
     billable: bool
+    price_id: int | None
     requests: int
     prompt_tokens: int
     cached_tokens: int
@@ -96,29 +106,33 @@ def usage_groups(
     rows = (
         records.annotate(
             day=TruncDate("created_at", tzinfo=UTC),
+            # Rows written without a tier (none since migration 0004) bill
+            # at the tenant's current one.
+            record_tier=Coalesce("tier_id", "tenant__tier_id"),
             billable=Case(
                 When(status__in=BILLABLE_STATUSES, then=Value(True)),
                 default=Value(False),
                 output_field=BooleanField(),
             ),
         )
-        .values("tenant_id", "tenant__tier_id", "day", "api_key_id", "model", "billable")
+        .values("tenant_id", "record_tier", "day", "api_key_id", "model", "billable", "price_id")
         .annotate(
             requests=Count("id"),
             prompt=Sum("prompt_tokens"),
             cached=Sum("cached_tokens"),
             completion=Sum("completion_tokens"),
         )
-        .order_by("day", "tenant_id", "model", "api_key_id")
+        .order_by("day", "tenant_id", "model", "api_key_id", "record_tier", "price_id")
     )
     return [
         UsageGroup(
             tenant_id=row["tenant_id"],
-            tier_id=row["tenant__tier_id"],
+            tier_id=row["record_tier"],
             day=row["day"],
             api_key_id=row["api_key_id"],
             model=row["model"],
             billable=row["billable"],
+            price_id=row["price_id"],
             requests=row["requests"],
             prompt_tokens=int(row["prompt"]),
             cached_tokens=int(row["cached"]),
@@ -142,7 +156,7 @@ def usage_daily(*, tenant: Tenant, start: date, end: date, group_by: str) -> lis
     if group_by not in ("api_key", "model"):
         raise ValueError(f"group_by must be 'api_key' or 'model', not {group_by!r}")
     groups = usage_groups(start=start, end=end, tenant_ids=[tenant.pk])
-    book = PriceBook.for_tier(tenant.tier_id)
+    pricer = Pricer()
     key_names = {
         key.pk: str(key)
         for key in ApiKey.objects.filter(pk__in={g.api_key_id for g in groups if g.api_key_id})
@@ -170,11 +184,5 @@ def usage_daily(*, tenant: Tenant, start: date, end: date, group_by: str) -> lis
         row["cached_tokens"] += g.cached_tokens
         row["completion_tokens"] += g.completion_tokens
         if g.billable:
-            row["cost"] += book.cost(
-                g.model,
-                g.day,
-                prompt_tokens=g.prompt_tokens,
-                cached_tokens=g.cached_tokens,
-                completion_tokens=g.completion_tokens,
-            )
+            row["cost"] += pricer.cost(g)
     return [merged[k] for k in sorted(merged)]

@@ -1,9 +1,14 @@
 """Writes for billing: usage records, budgets, roll-ups, invoices, GPU samples."""
 
+from billing.services.budget_alerts import budget_check
 from billing.services.budgets import (
     BudgetExhausted,
-    budget_admit,
-    budget_check,
+    BudgetHold,
+    BudgetUnavailable,
+    budget_release,
+    budget_renew,
+    budget_reserve,
+    budget_settle,
     spend_this_month,
 )
 from billing.services.gpu import gpu_usage_sample
@@ -14,8 +19,13 @@ from billing.services.usage import usage_record_create
 
 __all__ = [
     "BudgetExhausted",
-    "budget_admit",
+    "BudgetHold",
+    "BudgetUnavailable",
     "budget_check",
+    "budget_release",
+    "budget_renew",
+    "budget_reserve",
+    "budget_settle",
     "daily_usage_rollup",
     "gpu_usage_sample",
     "invoice_issue",

@@ -1,37 +1,41 @@
-"""Budgets: the month's spend counter, the hard stop and the emailed alerts.
+"""Budgets on the request path: reserve the worst case, settle the actual.
 
-The request path reads the spend from one cache key per tenant and month
-(Redis when configured), kept in nano-units of the billing currency so it
-can be incremented atomically. Each new UsageRecord adds its cost once it
-is committed; a missing key (expired, Redis flushed) is re-seeded from the
-records. The periodic budget check recomputes the exact spend and raises
-the counter if it ever fell behind.
+``budget_reserve`` runs at admission: for a tenant with a monthly budget it
+prices the request's worst case (every prompt token uncached, every
+completion token used, at the price in force for the tier and model) and
+holds it in the budget ledger in one atomic step, refusing when settled
+spend + holds in flight + this request would pass the budget. So however
+many requests arrive at once, what they can be billed together stays
+within the budget. ``budget_renew`` keeps the hold's lease alive while the
+response runs; ``budget_settle`` at its end moves the hold to the spend at
+what the response is billed (nothing for a failed one, the hold released
+for one that never ran). A hold whose owner died expires with its lease.
+
+Amounts are nano-units of the billing currency (integers, so the ledger
+can add them atomically); worst cases round up, costs half up.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import UTC, date
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.core.cache import cache
-from django.core.mail import send_mail
-from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from billing.models import BudgetAlert, BudgetPolicy, UsageRecord
+from billing import ledger
+from billing.models import Price
 from billing.selectors.budgets import month_spend, month_start
-from billing.selectors.pricing import BILLABLE_STATUSES, PriceBook
-from tenants.models import Membership, Tenant
+from billing.selectors.pricing import BILLABLE_STATUSES, price_in_force
+from tenants.models import Tenant
 
 logger = logging.getLogger(__name__)
 
 NANO = Decimal("0.000000001")
-# Longer than any month, so a counter outlives the month it counts.
-COUNTER_TTL = 40 * 24 * 3600
 
 
 class BudgetExhausted(Exception):
@@ -42,164 +46,246 @@ class BudgetExhausted(Exception):
         self.message = message
 
 
-def spend_cache_key(tenant_id: int, salt: str, period: date) -> str:
-    # The tenant's random salt keeps a counter from outliving its tenant row
-    # (a database restored or reset under a Redis that was not).
-    return f"billing:spend:{tenant_id}:{salt[:12]}:{period:%Y%m}"
+class BudgetUnavailable(Exception):
+    """The budget cannot be checked (Redis unreachable, or PostgreSQL down with
+    nothing to check against) and the tenant chose to refuse then (503)."""
 
 
-def _to_nano(amount: Decimal) -> int:
-    return int((amount / NANO).to_integral_value(rounding=ROUND_HALF_UP))
+def _to_nano(amount: Decimal, rounding: str = ROUND_HALF_UP) -> int:
+    return int((amount / NANO).to_integral_value(rounding=rounding))
 
 
-def _seed(tenant: Tenant, period: date) -> int:
-    nano = _to_nano(month_spend(tenant=tenant, period=period))
-    key = spend_cache_key(tenant.pk, tenant.cache_salt, period)
-    # add, not set: a concurrent increment that got there first wins.
-    if not cache.add(key, nano, timeout=COUNTER_TTL):
-        return int(cache.get(key, nano))
-    return nano
+def account_name(*, tenant_id: int, salt: str, day: date) -> str:
+    # The tenant's random salt keeps an account from outliving its tenant
+    # row (a database restored or reset under a Redis that was not).
+    return f"{tenant_id}:{salt[:12]}:{day:%Y%m}"
 
 
-def _spend(tenant: Tenant) -> Decimal:
-    period = month_start(timezone.now().date())
-    nano = cache.get(spend_cache_key(tenant.pk, tenant.cache_salt, period))
-    if nano is None:
-        nano = _seed(tenant, period)
-    return Decimal(nano) * NANO
+@dataclass(slots=True, frozen=True)
+class Rates:
+    """A price's unit prices per 1M tokens, as the hold carries them."""
+
+    price_id: int
+    prompt: Decimal
+    cached: Decimal
+    completion: Decimal
+
+    @classmethod
+    def of(cls, price: Price) -> Rates:
+        return cls(
+            price.pk,
+            price.prompt_per_million,
+            price.cached_prompt_per_million,
+            price.completion_per_million,
+        )
+
+    def encode(self) -> str:
+        return f"{self.price_id}|{self.prompt}|{self.cached}|{self.completion}"
+
+    @classmethod
+    def decode(cls, text: str) -> Rates:
+        price_id, prompt, cached, completion = text.split("|")
+        return cls(int(price_id), Decimal(prompt), Decimal(cached), Decimal(completion))
+
+    def cost(self, *, prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> Decimal:
+        return (
+            (prompt_tokens - cached_tokens) * self.prompt
+            + cached_tokens * self.cached
+            + completion_tokens * self.completion
+        ) / Decimal(1_000_000)
+
+
+@dataclass(slots=True, frozen=True)
+class BudgetHold:
+    """What admission reserved for one response, and the price it is billed at.
+
+    ``account`` is None when nothing is held (no budget; or Redis was down
+    and the tenant serves anyway). ``rates`` is None when no price was
+    looked up (no budget) or none was in force.
+    """
+
+    hold_id: str
+    # None while PostgreSQL is down (the snapshot's tiers have no ids).
+    tier_id: int | None
+    account: str | None = None
+    amount: int = 0
+    rates: Rates | None = None
+
+    @property
+    def price_id(self) -> int | None:
+        return self.rates.price_id if self.rates is not None else None
+
+
+def _exhausted(budget: Decimal, state: ledger.LedgerState) -> BudgetExhausted:
+    currency = settings.BILLING_CURRENCY
+    spent, held = Decimal(state.spent) * NANO, Decimal(state.held) * NANO
+    in_flight = f", {held:.2f} {currency} held by requests in progress" if state.held else ""
+    return BudgetExhausted(
+        f"Your organization's monthly budget of {budget:.2f} {currency} is exhausted "
+        f"({spent:.2f} {currency} spent this month{in_flight}). "
+        "Raise the budget or wait for next month."
+    )
+
+
+def _reserve_sync(
+    *,
+    tenant: Tenant,
+    tier_id: int | None,
+    model: str,
+    hold_id: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    use_database: bool,
+) -> BudgetHold:
+    today = timezone.now().astimezone(UTC).date()
+    if use_database:
+        tenant = Tenant.objects.only("monthly_budget", "budget_when_redis_down", "cache_salt").get(
+            pk=tenant.pk
+        )
+    # Otherwise the auth cache's stand-in knows the budget and the choice.
+    budget = tenant.monthly_budget
+    if budget is None:
+        return BudgetHold(hold_id, tier_id)
+    account = account_name(tenant_id=tenant.pk, salt=tenant.cache_salt, day=today)
+    book = ledger.get_ledger()
+    try:
+        if use_database:
+            price = price_in_force(tier_id=tier_id, model=model, day=today)
+            rates = Rates.of(price) if price is not None else None
+        else:
+            encoded = book.recall_price(account=account, model=model)
+            if encoded is None:
+                return _unavailable(tenant, hold_id, tier_id, "no price known without the database")
+            rates = Rates.decode(encoded)
+        worst = Decimal(0)
+        if rates is not None:
+            worst = rates.cost(
+                prompt_tokens=prompt_tokens, cached_tokens=0, completion_tokens=completion_tokens
+            )
+        amount = _to_nano(worst, ROUND_CEILING)
+        reserve = dict(account=account, hold_id=hold_id, amount=amount, budget=_to_nano(budget))
+        remembered = (model, rates.encode()) if use_database and rates is not None else None
+        state = book.reserve(**reserve, price=remembered)
+        if state.outcome == ledger.NEEDS_SEED:
+            if not use_database:
+                return _unavailable(tenant, hold_id, tier_id, "no spend known without the database")
+            seed = _to_nano(month_spend(tenant=tenant, period=month_start(today)))
+            state = book.reserve(**reserve, seed=seed)
+    except RedisError:
+        return _unavailable(tenant, hold_id, tier_id, "the budget ledger is unreachable")
+    if state.outcome == ledger.EXHAUSTED:
+        raise _exhausted(budget, state)
+    return BudgetHold(hold_id, tier_id, account, amount, rates)
+
+
+def _unavailable(tenant: Tenant, hold_id: str, tier_id: int | None, why: str) -> BudgetHold:
+    if tenant.budget_when_redis_down == Tenant.BudgetWhenRedisDown.ALLOW:
+        logger.warning("budget of tenant %s not checked (%s): serving anyway", tenant.pk, why)
+        return BudgetHold(hold_id, tier_id)
+    logger.warning("budget of tenant %s not checked (%s): refusing", tenant.pk, why)
+    raise BudgetUnavailable(why)
+
+
+async def budget_reserve(
+    *,
+    tenant: Tenant,
+    tier_id: int | None,
+    model: str,
+    hold_id: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    use_database: bool = True,
+) -> BudgetHold:
+    """Hold the request's worst-case cost against the tenant's monthly budget.
+
+    ``completion_tokens`` is the most the request may generate (n x
+    max_tokens). Raises ``BudgetExhausted`` (429 ``insufficient_quota``)
+    when settled spend, holds in flight and this worst case together pass
+    the budget, and ``BudgetUnavailable`` (503) when the ledger cannot be
+    reached and the tenant's ``budget_when_redis_down`` is "refuse".
+    Without a budget nothing is held and nothing is read but the tenant's
+    row. ``use_database=False`` (PostgreSQL down): the budget comes from
+    ``tenant`` (the auth cache's stand-in) and the price from the ledger's
+    memory of the last admission; without those, as if Redis were down.
+    """
+    return await sync_to_async(_reserve_sync)(
+        tenant=tenant,
+        tier_id=tier_id,
+        model=model,
+        hold_id=hold_id,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        use_database=use_database,
+    )
+
+
+def _settle_sync(hold: BudgetHold, cost: Decimal) -> bool:
+    try:
+        return ledger.get_ledger().settle(
+            account=hold.account, hold_id=hold.hold_id, cost=_to_nano(cost)
+        )
+    except RedisError:
+        # The hold expires with its lease; budget_check adds the cost from
+        # the usage record.
+        logger.warning("budget hold %s not settled: ledger unreachable", hold.hold_id)
+        return False
+
+
+async def budget_settle(
+    *,
+    hold: BudgetHold,
+    status: str,
+    prompt_tokens: int,
+    cached_tokens: int,
+    completion_tokens: int,
+) -> bool:
+    """Turn the hold into spend at what the response is billed (idempotent).
+
+    Failed responses are not billed: their hold is released. The cost is at
+    the hold's price, the one the usage record carries. False when nothing
+    was held or the hold was settled (or expired) before.
+    """
+    if hold.account is None:
+        return False
+    cost = Decimal(0)
+    if status in BILLABLE_STATUSES and hold.rates is not None:
+        cost = hold.rates.cost(
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached_tokens,
+            completion_tokens=completion_tokens,
+        )
+    return await sync_to_async(_settle_sync, thread_sensitive=False)(hold, cost)
+
+
+async def budget_release(*, hold: BudgetHold) -> bool:
+    """Give the whole hold back: the request never reached a worker."""
+    if hold.account is None:
+        return False
+    return await sync_to_async(_settle_sync, thread_sensitive=False)(hold, Decimal(0))
+
+
+async def budget_renew(*, hold: BudgetHold) -> bool:
+    """Extend the hold's lease while its response lives; False when it is gone."""
+    if hold.account is None:
+        return True
+    renew = sync_to_async(ledger.get_ledger().renew, thread_sensitive=False)
+    return await renew(account=hold.account, hold_id=hold.hold_id)
 
 
 def spend_this_month(*, tenant_id: int) -> Decimal:
-    """The tenant's spend this month from the counter (seeded when missing)."""
-    return _spend(Tenant.objects.get(pk=tenant_id))
+    """The tenant's settled spend this month from the ledger (seeded when missing)."""
+    tenant = Tenant.objects.only("cache_salt").get(pk=tenant_id)
+    period = month_start(timezone.now().astimezone(UTC).date())
+    account = account_name(tenant_id=tenant.pk, salt=tenant.cache_salt, day=period)
+    book = ledger.get_ledger()
+    nano = book.spent(account=account)
+    if nano is None:
+        book.catch_up(account=account, spent=_to_nano(month_spend(tenant=tenant, period=period)))
+        nano = book.spent(account=account)
+    return Decimal(nano) * NANO
 
 
-def spend_record(*, record: UsageRecord) -> None:
-    """Add a new record's cost to its tenant's counter (call once, after commit)."""
-    if record.status not in BILLABLE_STATUSES:
-        return
-    day = record.created_at.astimezone(UTC).date()
-    tenant = Tenant.objects.only("tier_id", "cache_salt").get(pk=record.tenant_id)
-    cost = PriceBook.for_tier(tenant.tier_id, models=[record.model]).cost(
-        record.model,
-        day,
-        prompt_tokens=record.prompt_tokens,
-        cached_tokens=record.cached_tokens,
-        completion_tokens=record.completion_tokens,
-    )
-    period = month_start(day)
-    try:
-        cache.incr(spend_cache_key(tenant.pk, tenant.cache_salt, period), _to_nano(cost))
-    except ValueError:
-        # No counter yet: seeding reads the committed records, this one included.
-        _seed(tenant, period)
-
-
-def _budget_check_sync(tenant_id: int) -> None:
-    tenant = (
-        Tenant.objects.only("tier_id", "cache_salt", "monthly_budget").filter(pk=tenant_id).first()
-    )
-    if tenant is None or tenant.monthly_budget is None:
-        return
-    budget, spent = tenant.monthly_budget, _spend(tenant)
-    if spent >= budget:
-        raise BudgetExhausted(
-            f"Your organization's monthly budget of {budget:.2f} {settings.BILLING_CURRENCY} "
-            f"is exhausted ({spent:.2f} {settings.BILLING_CURRENCY} spent this month). "
-            "Raise the budget or wait for next month."
-        )
-
-
-async def budget_admit(*, tenant_id: int) -> None:
-    """Refuse a new request once the tenant's spend this month reaches its budget.
-
-    Async (call it with ``await`` on the request path). Raises
-    ``BudgetExhausted`` (the API's 429 ``insufficient_quota``). Costs one primary-key
-    read and one cache read. Requests admitted earlier are not affected:
-    they finish and are recorded and billed, so the final spend may pass the
-    budget by what was already running.
-    """
-    try:
-        await sync_to_async(_budget_check_sync)(tenant_id)
-    except RedisError:
-        # The rate limiter, next on the path, answers 503 for the same outage.
-        logger.warning("budget check of tenant %s skipped: cache unavailable", tenant_id)
-
-
-def _recipients(tenant: Tenant) -> list[str]:
-    admins = Membership.objects.filter(tenant=tenant, role=Membership.Role.ADMIN).exclude(
-        user__email=""
-    )
-    emails = sorted({m.user.email for m in admins.select_related("user")})
-    policy = BudgetPolicy.objects.filter(tenant=tenant).first()
-    if policy is not None and policy.alert_email and policy.alert_email not in emails:
-        emails.append(policy.alert_email)
-    return emails
-
-
-def _share(spend: Decimal, budget: Decimal) -> Decimal:
-    return spend / budget if budget else Decimal(1)
-
-
-def _alert(tenant: Tenant, period: date, kind: str, spend: Decimal) -> bool:
-    """Record and email one alert; False when it was sent before."""
-    currency = settings.BILLING_CURRENCY
-    recipients = _recipients(tenant)
-    with transaction.atomic():
-        alert, created = BudgetAlert.objects.get_or_create(
-            tenant=tenant,
-            period=period,
-            kind=kind,
-            defaults={
-                "spend": spend,
-                "budget": tenant.monthly_budget,
-                "recipients": ", ".join(recipients),
-            },
-        )
-        if not created:
-            return False
-        # Inside the transaction: a failed send rolls the row back and the
-        # next check retries, so an alert is never recorded but unsent.
-        if recipients:
-            subject = (
-                f"[{tenant.name}] Monthly budget exhausted: new requests are refused"
-                if kind == BudgetAlert.Kind.HARD
-                else f"[{tenant.name}] {_share(spend, tenant.monthly_budget):.0%} of the monthly budget used"
-            )
-            body = (
-                f"{tenant.name} has spent {spend:.2f} {currency} of its monthly budget of "
-                f"{tenant.monthly_budget:.2f} {currency} for {period:%B %Y}.\n"
-            )
-            if kind == BudgetAlert.Kind.HARD:
-                body += "API requests are refused with 429 insufficient_quota until the budget is raised.\n"
-            send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, recipients)
-        else:
-            logger.warning("budget alert for %s: no admin email to send it to", tenant)
-    return True
-
-
-def budget_check(*, tenant: Tenant, today: date | None = None) -> list[str]:
-    """Send the month's soft and hard alerts due for ``tenant``; returns the kinds sent.
-
-    Recomputes the exact spend and raises the request path's counter to it
-    if the counter fell behind. Safe to rerun: each alert goes out once per
-    tenant and month.
-    """
-    if tenant.monthly_budget is None:
-        return []
-    period = month_start(today or timezone.now().date())
-    spend = month_spend(tenant=tenant, period=period)
-    key = spend_cache_key(tenant.pk, tenant.cache_salt, period)
-    counted = cache.get(key)
-    if counted is None or int(counted) < _to_nano(spend):
-        cache.set(key, _to_nano(spend), timeout=COUNTER_TTL)
-    policy = BudgetPolicy.objects.filter(tenant=tenant).first()
-    ratio = policy.soft_alert_ratio if policy else BudgetPolicy.DEFAULT_SOFT_ALERT_RATIO
-    sent = []
-    if spend >= tenant.monthly_budget * ratio and _alert(
-        tenant, period, BudgetAlert.Kind.SOFT, spend
-    ):
-        sent.append(BudgetAlert.Kind.SOFT)
-    if spend >= tenant.monthly_budget and _alert(tenant, period, BudgetAlert.Kind.HARD, spend):
-        sent.append(BudgetAlert.Kind.HARD)
-    return sent
+def spend_catch_up(*, tenant: Tenant, period: date, spend: Decimal) -> bool:
+    """Raise the ledger's spend for ``period`` to ``spend`` (the records') if below."""
+    account = account_name(tenant_id=tenant.pk, salt=tenant.cache_salt, day=period)
+    return ledger.get_ledger().catch_up(account=account, spent=_to_nano(spend))

@@ -8,7 +8,7 @@ from decimal import Decimal
 from django.db import transaction
 
 from billing.models import DailyUsage
-from billing.selectors.pricing import PriceBook
+from billing.selectors.pricing import Pricer
 from billing.selectors.usage import usage_groups
 from billing.services.locks import lock_for_transaction
 
@@ -21,10 +21,12 @@ def daily_usage_rollup(*, day: date) -> int:
     a lock, so the result is the same however often it runs.
     """
     lock_for_transaction(f"billing:rollup:{day.isoformat()}")
-    books: dict[int, PriceBook] = {}
+    pricer = Pricer()
     rows: dict[tuple[int, int | None, str], DailyUsage] = {}
     for g in usage_groups(start=day, end=day):
-        book = books.get(g.tier_id) or books.setdefault(g.tier_id, PriceBook.for_tier(g.tier_id))
+        # A tier change that day gives a key's model two prices; the row's
+        # cost sums both and it names the first.
+        price = pricer.price(price_id=g.price_id, tier_id=g.tier_id, model=g.model, day=day)
         row = rows.setdefault(
             (g.tenant_id, g.api_key_id, g.model),
             DailyUsage(
@@ -37,7 +39,7 @@ def daily_usage_rollup(*, day: date) -> int:
                 cached_tokens=0,
                 completion_tokens=0,
                 cost=Decimal(0),
-                price=book.price(g.model, day),
+                price=price,
             ),
         )
         row.requests += g.requests
@@ -45,13 +47,7 @@ def daily_usage_rollup(*, day: date) -> int:
         row.cached_tokens += g.cached_tokens
         row.completion_tokens += g.completion_tokens
         if g.billable:
-            row.cost += book.cost(
-                g.model,
-                day,
-                prompt_tokens=g.prompt_tokens,
-                cached_tokens=g.cached_tokens,
-                completion_tokens=g.completion_tokens,
-            )
+            row.cost += pricer.cost(g)
     DailyUsage.objects.filter(day=day).delete()
     DailyUsage.objects.bulk_create(rows.values())
     return len(rows)

@@ -1,15 +1,17 @@
-"""Writes for usage records; each new one also feeds its tenant's spend counter."""
+"""Writes for usage records."""
 
-import functools
+from datetime import UTC
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from billing.models import UsageRecord
-from billing.services.budgets import spend_record
+from billing.selectors.pricing import price_in_force
+from tenants.models import Tenant
 
 # The foreign keys are enforced by the database; validating them in Python
 # would cost three extra queries on every response.
-_NOT_VALIDATED = ["tenant", "api_key", "user"]
+_NOT_VALIDATED = ["tenant", "api_key", "user", "tier", "price"]
 
 
 def usage_record_create(
@@ -31,14 +33,34 @@ def usage_record_create(
     worker_id: str = "",
     model_version: str = "",
     regenerated: bool = False,
+    tier_id: int | None = None,
+    price_id: int | None = None,
 ) -> tuple[UsageRecord, bool]:
     """Record a response's usage exactly once; returns ``(record, created)``.
+
+    ``tier_id`` and ``price_id`` are what the response is billed at: the
+    tier it was admitted on and the price in force then (the request path
+    passes those its budget hold priced). Without them, the tenant's tier
+    now and that tier's price in force today (None when there is none).
 
     A second call with the same ``response_id`` (a replay, or a concurrent
     writer in another process) returns the existing row with created=False
     and changes nothing. Raises ValidationError for negative counts, cached
     tokens above prompt tokens, or an unknown source or status.
+
+    The tenant's budget counter is not touched here: the request path
+    settles the response's budget hold to its cost (``budget_settle``), and
+    ``budget_check`` catches the counter up with records written otherwise.
     """
+    existing = UsageRecord.objects.filter(response_id=response_id).first()
+    if existing is not None:
+        return existing, False
+    if tier_id is None:
+        tier_id = Tenant.objects.values_list("tier_id", flat=True).get(pk=tenant_id)
+    if price_id is None:
+        today = timezone.now().astimezone(UTC).date()
+        price = price_in_force(tier_id=tier_id, model=model, day=today)
+        price_id = price.pk if price is not None else None
     record = UsageRecord(
         response_id=response_id,
         tenant_id=tenant_id,
@@ -57,13 +79,11 @@ def usage_record_create(
         worker_id=worker_id or "",
         model_version=model_version or "",
         regenerated=regenerated,
+        tier_id=tier_id,
+        price_id=price_id,
     )
     # Uniqueness is left to the database: a Python-side check would race.
     record.full_clean(exclude=_NOT_VALIDATED, validate_unique=False, validate_constraints=False)
-
-    existing = UsageRecord.objects.filter(response_id=response_id).first()
-    if existing is not None:
-        return existing, False
     try:
         # A savepoint, so that losing the race does not break a caller's
         # enclosing transaction.
@@ -76,7 +96,4 @@ def usage_record_create(
         if existing is None:
             raise
         return existing, False
-    # After commit: the counter must never count a row that rolled back.
-    # robust: a cache outage costs the counter (re-seeded later), not the row.
-    transaction.on_commit(functools.partial(spend_record, record=record), robust=True)
     return record, True

@@ -30,6 +30,7 @@ from console.models import Conversation, Message
 from console.protocol import client_frame
 from inference.dispatch import cancel_request, stream_events
 from inference.errors import InvalidRequest, NotFound, ServiceUnavailable
+from inference.moderation import policy_get, reply_guard
 from inference.relay import ResponseTap, spawn
 from inference.schemas import ChatCompletionRequest
 from inference.services import completion_start
@@ -293,13 +294,21 @@ async def reply_release(*, reply: Reply) -> int:
         return 0
 
 
-async def reply_frames(*, reply: Reply, after_seq: int) -> AsyncIterator[dict[str, Any]]:
-    """The browser's frames for the reply's events after ``after_seq``, terminal last."""
-    async for event in stream_events(
-        reply.response_id, worker_id=reply.worker_id, after_seq=after_seq
-    ):
+async def reply_frames(
+    *, reply: Reply, after_seq: int, tenant: Tenant | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """The browser's frames for the reply's events after ``after_seq``, terminal last.
+
+    With the tenant's policy moderating replies, the events pass the same
+    screen as the reply's own tap (from the first event, since the screen
+    judges a window of the text), so the socket shows the same cut.
+    """
+    guard = reply_guard(policy=await policy_get(tenant)) if tenant is not None else None
+    start = 0 if guard is not None else after_seq
+    events = stream_events(reply.response_id, worker_id=reply.worker_id, after_seq=start)
+    async for event in guard(events) if guard is not None else events:
         frame = client_frame(event, reply.response_id)
-        if frame is not None:
+        if frame is not None and event["seq"] > after_seq:
             yield frame
 
 

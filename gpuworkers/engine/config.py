@@ -66,6 +66,12 @@ class EngineConfig:
     scheduling_policy: SchedulingPolicyName = SchedulingPolicyName.PRIORITY
     tier_weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TIER_WEIGHTS))
     num_threads: int = 0  # 0: leave torch's default
+    # Every step batch-invariant: a request's tokens and logprobs are the
+    # same bits whatever the prefix-cache state, chunking and the rest of
+    # the batch (on this machine, dtype and thread count). Costs throughput
+    # (bench/deterministic.py); requests can also ask for it one at a time
+    # (SamplingParams.deterministic). README, "Determinism".
+    deterministic: bool = False
 
     def __post_init__(self) -> None:
         self.admission_policy = AdmissionPolicy(self.admission_policy)
@@ -76,6 +82,8 @@ class EngineConfig:
             raise ValueError("max_num_batched_tokens and max_num_seqs must be >= 1")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"unsupported dtype {self.dtype!r}")
+        if self.deterministic and self.attention_backend == "flashinfer":
+            raise ValueError("deterministic mode needs the torch attention backend")
 
     def kv_blocks_for(self, kv_bytes_per_token: int, budget: int) -> int:
         """How many blocks of ``block_size`` tokens fit in ``budget`` bytes."""

@@ -12,20 +12,15 @@ from pathlib import Path
 
 import torch
 
+from gpuworkers.engine import offline
 from gpuworkers.engine.config import EngineConfig
 from gpuworkers.engine.detokenizer import IncrementalDetokenizer
 from gpuworkers.engine.kv_manager import KVCacheManager
 from gpuworkers.engine.model_runner import ModelRunner
 from gpuworkers.engine.models.loader import load_model
-from gpuworkers.engine.outputs import (
-    ChoiceDelta,
-    CompletionChoice,
-    GenerateOutput,
-    RequestOutput,
-    TokenLogprob,
-)
+from gpuworkers.engine.outputs import ChoiceDelta, GenerateOutput, RequestOutput, TokenLogprob
 from gpuworkers.engine.runtime import tune_allocator
-from gpuworkers.engine.sampler import SampleResult, make_generator
+from gpuworkers.engine.sampling import SampleResult, choice_seed, prepare_request
 from gpuworkers.engine.sampling_params import SamplingParams
 from gpuworkers.engine.scheduling import Scheduler
 from gpuworkers.engine.sequence import Request, Sequence, SequenceStatus
@@ -113,11 +108,23 @@ class LLMEngine:
                 f"prompt ({len(prompt_token_ids)} tokens) + max_tokens ({params.max_tokens})"
                 f" exceeds the model's context of {self.max_model_len} tokens"
             )
-        # Per-request KV cap: one request may not take the whole pool.
-        cap = self.config.max_blocks_per_request or self.kv.num_total
-        if self.kv.blocks_for(total) > cap:
+        if params.n > self.config.max_num_seqs:
             raise ValueError(
-                f"the request needs {self.kv.blocks_for(total)} KV blocks; the cap is {cap}"
+                f"n={params.n} choices run side by side; this engine runs at most"
+                f" {self.config.max_num_seqs} sequences"
+            )
+        # All n choices at their longest, as admission counts them, against
+        # the per-request cap (one request may not take the whole pool) or
+        # the pool: a request over it would block the queue head forever.
+        # Refused under OPTIMISTIC admission too: there its choices could
+        # only take turns preempting each other.
+        need = self.scheduler.capacity.request_blocks(len(prompt_token_ids), params)
+        cap = min(self.config.max_blocks_per_request or self.kv.num_total, self.kv.num_total)
+        if need > cap:
+            raise ValueError(
+                f"the request needs {need} KV blocks ({params.n} choice(s) of up to {total}"
+                f" tokens); the {'per-request cap' if cap < self.kv.num_total else 'pool'}"
+                f" is {cap}"
             )
         request = Request(request_id, list(prompt_token_ids), params, priority, tier, cache_salt)
         # All n choices exist from the start, but only the first computes
@@ -131,12 +138,20 @@ class LLMEngine:
 
     def _new_sequence(self, request: Request, index: int, token_ids: list[int]) -> Sequence:
         params = request.params
+        if index == 0:
+            # Raises before the request is registered if its ids do not fit.
+            prepare_request(request, self.tokenizer, self.model_cfg.vocab_size, self.eos_token_ids)
         seq = Sequence(
             next(self._seq_ids), request, index, token_ids, len(request.prompt_token_ids)
         )
-        seq.generator = make_generator(params.seed, index)
+        seq.seed = choice_seed(params.seed, index)
         seq.detokenizer = IncrementalDetokenizer(
-            self.tokenizer, request.prompt_token_ids, params.stop
+            self.tokenizer,
+            request.prompt_token_ids,
+            params.stop,
+            skip_special_tokens=params.skip_special_tokens,
+            include_stop_str=params.include_stop_str_in_output,
+            min_tokens=params.min_tokens,
         )
         seq.logprobs = [] if params.logprobs else None
         return seq
@@ -154,6 +169,10 @@ class LLMEngine:
                 seq.finish_reason = "abort"
         self._aborted.append(request)
 
+    def unique_id(self, prefix: str) -> str:
+        """A request id no other request of this engine has (offline use)."""
+        return f"{prefix}-{next(self._seq_ids)}"
+
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests)
 
@@ -167,7 +186,10 @@ class LLMEngine:
         self.last_prefill_chunks = []
         if batch.is_empty:
             return outputs
-        sampled = self.runner.execute(batch)
+        step_output = self.runner.execute(batch)
+        sampled = step_output.sampled
+        if step_output.prompt_logprobs:
+            self._add_prompt_logprobs(batch, step_output.prompt_logprobs)
         # Prefill chunks of this step, before on_step_done may finish their
         # sequences: the worker's traces show one span per chunk.
         self.last_prefill_chunks = [
@@ -206,10 +228,10 @@ class LLMEngine:
         if request.first_token_time is None:
             request.first_token_time = now
         finish = None
-        is_stop_token = token in params.stop_token_ids or (
-            not params.ignore_eos and token in self.eos_token_ids
-        )
-        text = "" if is_stop_token else seq.detokenizer.add(token)
+        is_stop_token = token in request.stop_ids
+        # A stop token's own text (usually none: EOS is special) only on request.
+        keep = not is_stop_token or params.include_stop_str_in_output
+        text = seq.detokenizer.add(token) if keep else ""
         logprob = None
         if seq.logprobs is not None:
             logprob = self._token_logprob(token, result)
@@ -219,8 +241,9 @@ class LLMEngine:
         elif seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
             finish = "length"
         if finish:
-            if finish == "length":
-                text += seq.detokenizer.flush()
+            # Text held back for stop strings is the reply's, unless a stop
+            # string ended it (then nothing is held back).
+            text += seq.detokenizer.flush()
             seq.finish_reason = finish
             self.scheduler.remove(seq)
             seq.status = SequenceStatus.FINISHED
@@ -238,6 +261,24 @@ class LLMEngine:
         top = [(tid, decode(tid), lp) for tid, lp in (result.top or [])]
         return TokenLogprob(token, decode(token), result.logprob, top)
 
+    def _add_prompt_logprobs(self, batch, found: dict[int, list[SampleResult]]) -> None:
+        """Append the prompt logprobs a step computed to their requests."""
+        for wanted in batch.prompt_logprobs:
+            request = self.scheduler.seqs[wanted.seq_id].request
+            entries = request.prompt_logprobs
+            # Tokens whose KV came from the prefix cache were never computed
+            # here: they have no logits, hence no logprob.
+            entries.extend([None] * (wanted.positions.start + 1 - len(entries)))
+            entries.extend(self._token_logprob(r.token_id, r) for r in found[wanted.seq_id])
+
+    def _take_prompt_logprobs(self, request: Request) -> list | None:
+        """The prompt logprobs, once, on the output that carries the first token."""
+        entries = request.prompt_logprobs
+        if entries is None or request.prompt_logprobs_sent or request.first_token_time is None:
+            return None
+        request.prompt_logprobs_sent = True
+        return entries
+
     def _output(self, request: Request, choices, finished: bool) -> RequestOutput:
         first = request.seqs[0]
         arrival = request.arrival_time
@@ -253,6 +294,7 @@ class LLMEngine:
             first_token_time=(request.first_token_time - arrival)
             if request.first_token_time
             else None,
+            prompt_logprobs=self._take_prompt_logprobs(request),
         )
 
     def _final_output(self, request: Request) -> RequestOutput:
@@ -266,42 +308,13 @@ class LLMEngine:
         ]
         return self._output(request, choices, True)
 
-    # Offline use and warm-up -----------------------------------------------
+    # Offline use and warm-up (offline.py) ----------------------------------
 
     def generate(
         self, prompts: list[str | list[int]], params: SamplingParams | list[SamplingParams]
     ) -> list[GenerateOutput]:
         """Run a batch to completion; outputs in prompt order."""
-        params_list = params if isinstance(params, list) else [params] * len(prompts)
-        results: dict[str, GenerateOutput] = {}
-        order = []
-        for prompt, p in zip(prompts, params_list, strict=True):
-            token_ids = (
-                self.tokenizer(prompt).input_ids if isinstance(prompt, str) else list(prompt)
-            )
-            request_id = f"generate-{next(self._seq_ids)}"
-            self.add_request(request_id, token_ids, p)
-            order.append(request_id)
-            results[request_id] = GenerateOutput(
-                request_id,
-                token_ids,
-                [CompletionChoice(i, [], "", None, [] if p.logprobs else None) for i in range(p.n)],
-            )
-        pending = set(order)
-        while pending:
-            for output in self.step():
-                result = results[output.request_id]
-                result.num_cached_tokens = output.num_cached_tokens
-                for delta in output.choices:
-                    choice = result.choices[delta.index]
-                    choice.token_ids.extend(delta.token_ids)
-                    choice.text += delta.text
-                    if delta.logprobs:
-                        choice.logprobs.extend(delta.logprobs)
-                    choice.finish_reason = delta.finish_reason or choice.finish_reason
-                if output.finished:
-                    pending.discard(output.request_id)
-        return [results[r] for r in order]
+        return offline.generate(self, prompts, params)
 
     def warmup(self) -> float:
         """Run representative prefill and decode shapes once; returns seconds.
@@ -309,25 +322,7 @@ class LLMEngine:
         The first passes pay for kernel selection and allocator growth; a
         worker reports ready only after this.
         """
-        started = time.monotonic()
-        vocab = min(self.model_cfg.vocab_size, 32000)
-        budget = self.config.max_num_batched_tokens
-        prompt_len = max(2, min(budget, self.max_model_len - 16, 512))
-        generator = torch.Generator().manual_seed(0)
-        params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
-        batch = max(1, min(8, self.config.max_num_seqs))
-        prompts = []
-        for i in range(batch):
-            length = prompt_len if i == 0 else max(2, prompt_len // 8)
-            prompts.append(torch.randint(100, vocab, (length,), generator=generator).tolist())
-        # A salt no real request uses, so warm-up blocks never match real prompts.
-        for i, prompt in enumerate(prompts):
-            self.add_request(f"warmup-{i}", prompt, params, cache_salt="warmup")
-        while self.requests:
-            self.step()
-        self.prompt_tokens_sent = self.prompt_tokens_computed = self.generated_tokens = 0
-        self.kv.prefix_hit_tokens = self.kv.prefix_query_tokens = 0
-        return time.monotonic() - started
+        return offline.warmup(self)
 
     # Introspection --------------------------------------------------------
 

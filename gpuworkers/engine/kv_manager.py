@@ -56,8 +56,17 @@ class KVCacheManager:
             return []
         request = seq.request
         seq.block_hashes = hash_full_blocks(
-            seq.token_ids, self.block_size, self.model_id, request.cache_salt
+            seq.token_ids,
+            self.block_size,
+            self.model_id,
+            request.cache_salt,
+            deterministic=request.params.deterministic,
         )
+        if request.params.prompt_logprobs is not None:
+            # Cached tokens have no logits: a request that wants every
+            # prompt token's logprob computes its whole prompt (as vLLM).
+            # Its hashes stay, so its own blocks still serve others.
+            return []
         hits: list[int] = []
         for block_hash in seq.block_hashes:
             block_id = self.allocator.lookup(block_hash)
@@ -82,8 +91,17 @@ class KVCacheManager:
         self.prefix_hit_tokens += seq.num_computed_tokens
         self.prefix_query_tokens += seq.num_tokens
 
-    def register_full_blocks(self, seq: Sequence) -> None:
-        """Make the newly completed blocks of ``seq`` findable by hash."""
+    def register_full_blocks(self, seq: Sequence, num_new_tokens: int) -> None:
+        """Make the blocks that ``seq``'s last ``num_new_tokens`` computed
+        tokens filled findable by hash.
+
+        Only those: earlier blocks were registered when they filled, and
+        going over every block every step cost O(length) per sequence.
+        """
+        self._register(seq, (seq.num_computed_tokens - num_new_tokens) // self.block_size)
+
+    def _register(self, seq: Sequence, first: int) -> None:
+        """Register ``seq``'s full blocks from index ``first`` on."""
         if not self.enable_prefix_caching:
             return
         num_full = seq.num_computed_tokens // self.block_size
@@ -92,8 +110,13 @@ class KVCacheManager:
             i = len(hashes)
             tokens = seq.token_ids[i * self.block_size : (i + 1) * self.block_size]
             parent = hashes[-1] if hashes else None
-            hashes.append(hash_block(parent, tokens, self.model_id, seq.request.cache_salt))
-        for i in range(num_full):
+            request = seq.request
+            hashes.append(
+                hash_block(
+                    parent, tokens, self.model_id, request.cache_salt, request.params.deterministic
+                )
+            )
+        for i in range(max(first, 0), num_full):
             self.allocator.register(seq.block_table[i], hashes[i])
 
     # Growth -----------------------------------------------------------
@@ -176,4 +199,7 @@ class KVCacheManager:
         self.host.free(seq.host_block_table)
         seq.host_block_table = []
         seq.block_table = device_blocks
+        # New device blocks: findable again (the runner copies them in
+        # before this step's forward pass reads any of them).
+        self._register(seq, 0)
         return mapping

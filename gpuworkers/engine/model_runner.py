@@ -16,7 +16,7 @@ from gpuworkers.engine.attention import CommonAttentionMetadata, select_backend
 from gpuworkers.engine.config import EngineConfig
 from gpuworkers.engine.models.config import ModelConfig
 from gpuworkers.engine.models.loader import TORCH_DTYPES
-from gpuworkers.engine.sampler import SampleResult, sample
+from gpuworkers.engine.sampling import StepOutput, prompt_logprobs, sample
 from gpuworkers.engine.scheduling.batch import CacheOps, ScheduledBatch
 
 
@@ -28,7 +28,7 @@ class ModelRunner:
         self.device = torch.device(config.device)
         self.dtype = TORCH_DTYPES[config.dtype]
         self.block_size = config.block_size
-        backend_cls = select_backend(config.attention_backend, config.device)
+        backend_cls = select_backend(config.attention_backend, config.device, config.deterministic)
         options = {"use_kernel": config.cpu_fast_paths} if backend_cls.name == "torch" else {}
         self.backend = backend_cls(
             model_cfg.num_heads,
@@ -63,18 +63,27 @@ class ModelRunner:
 
     # Forward ------------------------------------------------------------
 
-    def execute(self, batch: ScheduledBatch) -> list[SampleResult]:
+    def execute(self, batch: ScheduledBatch) -> StepOutput:
         """Run one step: cache operations, the forward pass, sampling.
 
         Returns:
-            One result per ``batch.samples`` entry, in that order.
+            One sampled token per ``batch.samples`` entry, in that order,
+            and the prompt logprobs ``batch.prompt_logprobs`` asked for.
         """
         self.apply_cache_ops(batch.cache_ops)
         if not batch.seqs:
-            return []
+            return StepOutput()
         input_ids, positions, logits_indices, meta = self.prepare(batch)
         logits = self.model(input_ids, positions, self.kv_cache, meta, self.backend, logits_indices)
-        return sample(logits, batch.samples) if batch.samples else []
+        # Sampling rows first (one per sequence needing logits), then the
+        # prompt positions of prompt_logprobs chunks.
+        num_rows = logits.shape[0] - sum(len(p.positions) for p in batch.prompt_logprobs)
+        out = StepOutput()
+        if batch.samples:
+            out.sampled = sample(logits[:num_rows], batch.samples)
+        if batch.prompt_logprobs:
+            out.prompt_logprobs = prompt_logprobs(logits[num_rows:], batch.prompt_logprobs)
+        return out
 
     def prepare(self, batch: ScheduledBatch):
         """Flat input ids, positions and logits rows, and the backend's
@@ -86,22 +95,30 @@ class ModelRunner:
         query_lens: list[int] = []
         context_lens: list[int] = []
         tables: list[list[int]] = []
+        starts: list[int] = []  # flat index of each item's first token
         for item in batch.seqs:
             n = len(item.token_ids)
             if item.needs_logits:
                 logits_indices.append(len(ids) + n - 1)
+            starts.append(len(ids))
             ids += item.token_ids
             positions += item.positions
             slots += item.slot_mapping
             query_lens.append(n)
             context_lens.append(item.positions.start)
             tables.append(item.block_ids)
+        for wanted in batch.prompt_logprobs:
+            offset = starts[wanted.index] - batch.seqs[wanted.index].positions.start
+            logits_indices.extend(p + offset for p in wanted.positions)
         common = CommonAttentionMetadata(
             num_decodes=batch.num_decodes,
             slot_mapping=self._tensor(slots),
             query_lens=query_lens,
             context_lens=context_lens,
             block_tables=tables,
+            # One request asking is enough: the whole step runs the
+            # batch-invariant kernels (its rows share every matmul).
+            deterministic=self.config.deterministic or batch.deterministic,
         )
         meta = self.backend.metadata_builder.build(common, self.dtype)
         return self._tensor(ids), self._tensor(positions), self._tensor(logits_indices), meta

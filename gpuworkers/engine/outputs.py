@@ -41,6 +41,10 @@ class RequestOutput:
     # Seconds from add_request to first scheduled / to first token.
     queue_time: float | None = None
     first_token_time: float | None = None
+    # With params.prompt_logprobs, once, on the output with the first token:
+    # one entry per prompt token (None for the first, which nothing
+    # predicts, and for tokens served from the prefix cache).
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
 
 @dataclass(slots=True)
@@ -60,6 +64,7 @@ class GenerateOutput:
     prompt_token_ids: list[int]
     choices: list[CompletionChoice]
     num_cached_tokens: int = 0
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
     @property
     def token_ids(self) -> list[int]:

@@ -41,8 +41,9 @@ class Sequence:
     block_hashes: list[bytes] = field(default_factory=list)
     host_block_table: list[int] = field(default_factory=list)
     finish_reason: str | None = None
-    # Per-sequence sampling state (generator, detokenizer), set by the engine.
-    generator: object | None = None
+    # Per-sequence sampling state, set by the engine. ``seed`` names the
+    # choice's counter-based random stream (draw k is its k-th output token).
+    seed: int = 0
     detokenizer: object | None = None
     logprobs: list | None = None
 
@@ -93,6 +94,17 @@ class Request:
     # Set once the n-1 sibling choices have been forked from seqs[0].
     forked: bool = False
     aborted: bool = False
+    # Derived from params and the model once, by the engine (sampling/request.py).
+    # Token ids that end a choice: stop_token_ids, plus EOS unless ignore_eos.
+    stop_ids: frozenset[int] = frozenset()
+    # Masked until a choice has min_tokens outputs: stop_token_ids and EOS.
+    min_tokens_ids: tuple[int, ...] = ()
+    # Token sequences of params.bad_words.
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    # With params.prompt_logprobs: one entry per prompt token computed so
+    # far (TokenLogprob; None for the first token, which nothing predicts).
+    prompt_logprobs: list | None = None
+    prompt_logprobs_sent: bool = False
 
     @property
     def is_finished(self) -> bool:

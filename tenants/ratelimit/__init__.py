@@ -1,12 +1,13 @@
 """Rate limits and quotas per API key and per tenant.
 
 ``rate_limit_admit`` runs before any GPU work: requests and tokens per
-minute (key and tenant), the tenant's concurrent-request cap and its
-tier's monthly token quota, in one atomic check. ``rate_limit_settle``
-runs once per response at its end, whatever the ending, and corrects the
-reservation to the real usage. With REDIS_URL the state is shared by
-every web process (RedisLimiter); without it, embedded mode keeps it in
-this process (MemoryLimiter).
+sliding minute (key and tenant), the tenant's concurrent-request cap and
+its tier's monthly token quota, in one atomic check. ``rate_limit_renew``
+extends the response's slot lease while it lives (the relay calls it every
+third of a lease). ``rate_limit_settle`` runs once per response at its end,
+whatever the ending, and corrects the reservation to the real usage. With
+REDIS_URL the state is shared by every web process (RedisLimiter); without
+it, embedded mode keeps it in this process (MemoryLimiter).
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ __all__ = [
     "get_limiter",
     "limits_for",
     "limits_for_tenant",
+    "lease_seconds",
     "rate_limit_admit",
+    "rate_limit_renew",
     "rate_limit_settle",
     "reset_limiters",
 ]
@@ -60,11 +63,16 @@ _limiters: dict[tuple, Limiter] = {}
 _lock = threading.Lock()
 
 
+def lease_seconds() -> float:
+    """How long a slot outlives its owner's last renewal (RATE_LIMIT_SLOT_TTL)."""
+    return float(getattr(settings, "RATE_LIMIT_SLOT_TTL", 30))
+
+
 def get_limiter() -> Limiter:
     """The limiter for the current settings (one per Redis URL and prefix)."""
     url = settings.REDIS_URL
     prefix = getattr(settings, "RATE_LIMIT_PREFIX", "rl")
-    lease_ms = getattr(settings, "RATE_LIMIT_SLOT_TTL", 900) * 1000
+    lease_ms = int(lease_seconds() * 1000)
     cache_key = (url, prefix, lease_ms)
     with _lock:
         limiter = _limiters.get(cache_key)
@@ -127,6 +135,12 @@ async def rate_limit_admit(
         seed = await sync_to_async(quota_used)(tenant_id=ticket.tenant_id, period=ticket.period)
         snapshot = await admit(ticket=ticket, limits=limits, tokens=tokens, quota_seed=seed)
     return decision_from(snapshot, limits)
+
+
+async def rate_limit_renew(*, ticket: Ticket) -> bool:
+    """Extend the response's slot lease; False when it already ran out."""
+    limiter = get_limiter()
+    return await sync_to_async(limiter.renew, thread_sensitive=False)(ticket=ticket)
 
 
 async def rate_limit_settle(*, ticket: Ticket, tokens: int, quota_tokens: int) -> bool:

@@ -5,11 +5,17 @@ the same state and return the same raw snapshot; ``decision_from`` turns
 that snapshot into a ``Decision`` with OpenAI's ``x-ratelimit-*`` headers,
 so the two cannot drift apart in what a client sees.
 
-Windows are fixed, one minute long, per scope (API key, tenant), starting
-at the first request after the previous window ended; a request counts one
-request and reserves ``prompt + n * max_tokens`` tokens in both scopes'
-windows and in the tenant's monthly quota, settled to the real usage at
-the response's end.
+Windows slide: per scope (API key, tenant) the limiters keep a log of the
+requests admitted in the last ``window_ms`` (one minute) with the tokens
+each reserved, so no window of that length, wherever it starts, holds more
+than the limit (a fixed window admits twice the limit across its edge). A
+request counts one request and reserves ``prompt + n * max_tokens`` tokens
+in both scopes' logs and in the tenant's monthly quota, settled to the real
+usage at the response's end.
+
+Concurrency slots and quota reservations are leases: the owner renews them
+while its response lives (``renew``); an owner that dies stops renewing, and
+within one lease its slot is free and its quota reservation refunded.
 """
 
 from __future__ import annotations
@@ -71,16 +77,22 @@ class Ticket:
 
 @dataclass(slots=True, frozen=True)
 class Snapshot:
-    """Raw state after a check: each scope's window start and its counters."""
+    """Raw state after a check: each scope's use of its sliding window.
+
+    ``*_reset_ms``: until the scope's log is empty again (OpenAI's reset:
+    the limit fully restored). ``retry_ms``: until the refused request
+    would fit (0 when admitted).
+    """
 
     outcome: str
     now_ms: int
-    key_window: int
     key_requests: int
     key_tokens: int
-    tenant_window: int
+    key_reset_ms: int
     tenant_requests: int
     tenant_tokens: int
+    tenant_reset_ms: int
+    retry_ms: int
 
 
 @dataclass(slots=True, frozen=True)
@@ -119,6 +131,10 @@ class Limiter(Protocol):
         """Free the slot; correct the reservation to ``tokens`` (window) and
         ``quota_tokens`` (month). Idempotent: False when already settled."""
 
+    def renew(self, *, ticket: Ticket) -> bool:
+        """Extend the slot's lease by one lease from now; False when it is gone
+        (settled, or expired and refunded: the owner stopped renewing)."""
+
     def quota_used(self, *, tenant_id: int, period: str) -> int | None:
         """The month's counter (None when not seeded), for tests and the admin."""
 
@@ -137,39 +153,27 @@ def format_reset(ms: int) -> str:
     return f"{seconds}s"
 
 
-def _scope_state(limit: int, used: int, window: int, now_ms: int) -> tuple[int, int]:
-    """(remaining, ms until the window resets) for one scope."""
-    return max(0, limit - used), max(0, window + WINDOW_MS - now_ms)
-
-
 def decision_from(snapshot: Snapshot, limits: Limits) -> Decision:
     """The decision and headers; each header reports the scope closest to its limit."""
-    s, now = snapshot, snapshot.now_ms
+    s = snapshot
+    key_reset, tenant_reset = s.key_reset_ms, s.tenant_reset_ms
     requests = min(
         (
-            (*_scope_state(limits.key_rpm, s.key_requests, s.key_window, now), limits.key_rpm),
-            (
-                *_scope_state(limits.tenant_rpm, s.tenant_requests, s.tenant_window, now),
-                limits.tenant_rpm,
-            ),
+            (max(0, limits.key_rpm - s.key_requests), key_reset, limits.key_rpm),
+            (max(0, limits.tenant_rpm - s.tenant_requests), tenant_reset, limits.tenant_rpm),
         ),
         key=lambda state: state[0],
     )
     tokens = min(
         (
-            (*_scope_state(limits.key_tpm, s.key_tokens, s.key_window, now), limits.key_tpm),
-            (
-                *_scope_state(limits.tenant_tpm, s.tenant_tokens, s.tenant_window, now),
-                limits.tenant_tpm,
-            ),
+            (max(0, limits.key_tpm - s.key_tokens), key_reset, limits.key_tpm),
+            (max(0, limits.tenant_tpm - s.tenant_tokens), tenant_reset, limits.tenant_tpm),
         ),
         key=lambda state: state[0],
     )
     retry = 0
-    if s.outcome == REQUESTS:
-        retry = requests[1]
-    elif s.outcome == TOKENS:
-        retry = tokens[1]
+    if s.outcome in (REQUESTS, TOKENS):
+        retry = s.retry_ms
     elif s.outcome == CONCURRENCY:
         retry = CONCURRENCY_RETRY_MS
     return Decision(

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 from tenants.ratelimit.base import (
     ADMITTED,
@@ -26,80 +27,123 @@ from tenants.ratelimit.base import (
 
 
 @dataclass(slots=True)
-class _Window:
-    start: int = 0
-    requests: int = 0
-    tokens: int = 0
+class _Log:
+    """One scope's sliding window: admissions oldest first, tokens per response."""
 
+    entries: deque[tuple[int, str]] = field(default_factory=deque)
+    tokens: dict[str, int] = field(default_factory=dict)
+    total: int = 0
 
-@dataclass(slots=True, frozen=True)
-class _Reservation:
-    tokens: int
-    key_window: int
-    tenant_window: int
+    def purge(self, now: int, window: int) -> None:
+        while self.entries and self.entries[0][0] <= now - window:
+            _, rid = self.entries.popleft()
+            self.total -= self.tokens.pop(rid, 0)
+
+    def reset_ms(self, now: int, window: int) -> int:
+        return self.entries[-1][0] + window - now if self.entries else 0
+
+    def wait_requests(self, limit: int, now: int, window: int) -> int:
+        count = len(self.entries)
+        if count + 1 <= limit:
+            return 0
+        if count - limit >= count:
+            return window
+        return self.entries[count - limit][0] + window - now
+
+    def wait_tokens(self, need: int, limit: int, now: int, window: int) -> int:
+        excess = self.total + need - limit
+        if excess <= 0:
+            return 0
+        if need > limit:
+            return window
+        freed = 0
+        for at, rid in self.entries:
+            freed += self.tokens.get(rid, 0)
+            if freed >= excess:
+                return at + window - now
+        return window
 
 
 class MemoryLimiter:
     """Thread-safe in-process rate limits and quotas."""
 
-    def __init__(self, *, lease_ms: int = 900_000):
+    def __init__(self, *, lease_ms: int = 30_000, window_ms: int = WINDOW_MS):
         self.lease_ms = lease_ms
+        self.window_ms = window_ms
         self._lock = threading.Lock()
-        self._windows: dict[str, _Window] = {}
+        self._logs: dict[str, _Log] = {}
         # tenant scope -> {response id: lease expiry ms}
         self._inflight: dict[str, dict[str, int]] = {}
         self._quota: dict[tuple[str, str], int] = {}
-        self._reservations: dict[str, _Reservation] = {}
+        # response id -> (tokens reserved, period)
+        self._reservations: dict[str, tuple[int, str]] = {}
 
-    def _window(self, scope: str, now: int) -> _Window:
-        window = self._windows.get(scope)
-        if window is None or now >= window.start + WINDOW_MS:
-            window = _Window(start=now)
-        return window
+    def _log(self, scope: str, now: int) -> _Log:
+        log = self._logs.setdefault(scope, _Log())
+        log.purge(now, self.window_ms)
+        return log
+
+    def _expire_leases(self, ticket: Ticket, now: int) -> dict[str, int]:
+        # Leases that ran out: their owner stopped renewing (it died).
+        inflight = self._inflight.setdefault(ticket.tenant_scope, {})
+        for rid in [rid for rid, expiry in inflight.items() if expiry <= now]:
+            del inflight[rid]
+            reservation = self._reservations.pop(rid, None)
+            quota_key = (ticket.tenant_scope, ticket.period)
+            if (
+                reservation is not None
+                and reservation[1] == ticket.period
+                and quota_key in self._quota
+            ):
+                self._quota[quota_key] = max(0, self._quota[quota_key] - reservation[0])
+        return inflight
 
     def admit(
         self, *, ticket: Ticket, limits: Limits, tokens: int, quota_seed: int | None = None
     ) -> Snapshot:
-        now = int(time.time() * 1000)
+        now, window = int(time.time() * 1000), self.window_ms
         with self._lock:
-            key = self._window(ticket.key_scope, now)
-            tenant = self._window(ticket.tenant_scope, now)
+            inflight = self._expire_leases(ticket, now)
+            key = self._log(ticket.key_scope, now)
+            tenant = self._log(ticket.tenant_scope, now)
             quota_key = (ticket.tenant_scope, ticket.period)
-            outcome = ADMITTED
             if quota_key not in self._quota and quota_seed is not None:
                 self._quota[quota_key] = int(quota_seed)
-            inflight = self._inflight.setdefault(ticket.tenant_scope, {})
-            for rid in [rid for rid, expiry in inflight.items() if expiry <= now]:
-                del inflight[rid]
+            outcome, retry = ADMITTED, 0
             if quota_key not in self._quota:
                 outcome = NEEDS_SEED
             elif self._quota[quota_key] + tokens > limits.monthly_quota:
                 outcome = QUOTA
-            elif key.requests + 1 > limits.key_rpm or tenant.requests + 1 > limits.tenant_rpm:
+            elif retry := max(
+                key.wait_requests(limits.key_rpm, now, window),
+                tenant.wait_requests(limits.tenant_rpm, now, window),
+            ):
                 outcome = REQUESTS
-            elif key.tokens + tokens > limits.key_tpm or tenant.tokens + tokens > limits.tenant_tpm:
+            elif retry := max(
+                key.wait_tokens(tokens, limits.key_tpm, now, window),
+                tenant.wait_tokens(tokens, limits.tenant_tpm, now, window),
+            ):
                 outcome = TOKENS
             elif len(inflight) >= limits.max_concurrent:
                 outcome = CONCURRENCY
             else:
-                for window, scope in ((key, ticket.key_scope), (tenant, ticket.tenant_scope)):
-                    window.requests += 1
-                    window.tokens += tokens
-                    self._windows[scope] = window
+                for log in (key, tenant):
+                    log.entries.append((now, ticket.response_id))
+                    log.tokens[ticket.response_id] = tokens
+                    log.total += tokens
                 inflight[ticket.response_id] = now + self.lease_ms
                 self._quota[quota_key] += tokens
-                self._reservations[ticket.response_id] = _Reservation(
-                    tokens, key.start, tenant.start
-                )
+                self._reservations[ticket.response_id] = (tokens, ticket.period)
             return Snapshot(
                 outcome,
                 now,
-                key.start,
-                key.requests,
-                key.tokens,
-                tenant.start,
-                tenant.requests,
-                tenant.tokens,
+                len(key.entries),
+                max(0, key.total),
+                key.reset_ms(now, window),
+                len(tenant.entries),
+                max(0, tenant.total),
+                tenant.reset_ms(now, window),
+                retry,
             )
 
     def settle(self, *, ticket: Ticket, tokens: int, quota_tokens: int) -> bool:
@@ -108,19 +152,27 @@ class MemoryLimiter:
             reservation = self._reservations.pop(ticket.response_id, None)
             if reservation is None:
                 return False
-            delta = max(0, tokens) - reservation.tokens
-            for scope, start in (
-                (ticket.key_scope, reservation.key_window),
-                (ticket.tenant_scope, reservation.tenant_window),
-            ):
-                window = self._windows.get(scope)
-                # Only the window the tokens were reserved in is corrected.
-                if window is not None and window.start == start:
-                    window.tokens = max(0, window.tokens + delta)
+            delta = max(0, tokens) - reservation[0]
+            for scope in (ticket.key_scope, ticket.tenant_scope):
+                log = self._logs.get(scope)
+                # Only while the entry is still in its window.
+                if log is not None and ticket.response_id in log.tokens:
+                    log.tokens[ticket.response_id] += delta
+                    log.total = max(0, log.total + delta)
             quota_key = (ticket.tenant_scope, ticket.period)
             if quota_key in self._quota:
-                used = self._quota[quota_key] + max(0, quota_tokens) - reservation.tokens
+                used = self._quota[quota_key] + max(0, quota_tokens) - reservation[0]
                 self._quota[quota_key] = max(0, used)
+            return True
+
+    def renew(self, *, ticket: Ticket) -> bool:
+        now = int(time.time() * 1000)
+        with self._lock:
+            inflight = self._inflight.get(ticket.tenant_scope, {})
+            expiry = inflight.get(ticket.response_id)
+            if expiry is None or expiry <= now:
+                return False
+            inflight[ticket.response_id] = now + self.lease_ms
             return True
 
     def quota_used(self, *, tenant_id: int, period: str) -> int | None:

@@ -9,46 +9,54 @@ from tenants.ratelimit.base import WINDOW_MS, Limits, Snapshot, Ticket
 
 # A month's counter outlives its month by a few days, then goes.
 QUOTA_TTL_S = 35 * 24 * 3600
-# A reservation never settled (its web process died) is dropped after this.
+# A tenant's reservations hash, when no admission or renewal touches it.
 RESERVATION_TTL_MS = 24 * 3600 * 1000
 
 
 class RedisLimiter:
     """Atomic rate limits and quotas in Redis; safe for threads and processes."""
 
-    def __init__(self, url: str, *, prefix: str = "rl", lease_ms: int = 900_000):
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "rl",
+        lease_ms: int = 30_000,
+        window_ms: int = WINDOW_MS,
+    ):
         # A burst waits for a pooled connection instead of failing with
         # "Too many connections"; each check holds one for one round trip.
         pool = redis.BlockingConnectionPool.from_url(url, max_connections=64, timeout=10)
         self.client = redis.Redis(connection_pool=pool)
         self.prefix = prefix
-        # How long a concurrency slot is held at most when no settlement comes.
+        # How long a slot outlives its owner's last renewal.
         self.lease_ms = lease_ms
+        self.window_ms = window_ms
         # register_script sends EVALSHA, falling back to EVAL once per
         # process when the server has not cached the script yet.
         self._admit = self.client.register_script(scripts.ADMIT)
         self._settle = self.client.register_script(scripts.SETTLE)
+        self._renew = self.client.register_script(scripts.RENEW)
 
-    def _keys(self, ticket: Ticket) -> tuple[str, str, str, str]:
-        p = self.prefix
-        tenant = ticket.tenant_scope
-        return (
-            f"{p}:{ticket.key_scope}",
-            f"{p}:{tenant}",
-            f"{p}:{tenant}:inflight",
-            f"{p}:{tenant}:quota:{ticket.period}",
-        )
-
-    def _reservation(self, ticket: Ticket) -> str:
-        return f"{self.prefix}:resv:{ticket.response_id}"
+    def _tenant(self, ticket: Ticket) -> str:
+        return f"{self.prefix}:{ticket.tenant_scope}"
 
     def admit(
         self, *, ticket: Ticket, limits: Limits, tokens: int, quota_seed: int | None = None
     ) -> Snapshot:
+        key, tenant = f"{self.prefix}:{ticket.key_scope}", self._tenant(ticket)
         raw = self._admit(
-            keys=[*self._keys(ticket), self._reservation(ticket)],
+            keys=[
+                f"{key}:log",
+                f"{key}:tok",
+                f"{tenant}:log",
+                f"{tenant}:tok",
+                f"{tenant}:inflight",
+                f"{tenant}:quota:{ticket.period}",
+                f"{tenant}:resv",
+            ],
             args=[
-                WINDOW_MS,
+                self.window_ms,
                 limits.key_rpm,
                 limits.key_tpm,
                 limits.tenant_rpm,
@@ -56,21 +64,36 @@ class RedisLimiter:
                 limits.max_concurrent,
                 self.lease_ms,
                 limits.monthly_quota,
-                tokens,
+                int(tokens),
                 ticket.response_id,
                 "" if quota_seed is None else int(quota_seed),
                 QUOTA_TTL_S,
                 RESERVATION_TTL_MS,
+                ticket.period,
             ],
         )
         outcome = raw[0].decode() if isinstance(raw[0], bytes) else raw[0]
         return Snapshot(outcome, *(int(v) for v in raw[1:]))
 
     def settle(self, *, ticket: Ticket, tokens: int, quota_tokens: int) -> bool:
-        key, tenant, inflight, quota = self._keys(ticket)
+        key, tenant = f"{self.prefix}:{ticket.key_scope}", self._tenant(ticket)
         done = self._settle(
-            keys=[self._reservation(ticket), key, tenant, inflight, quota],
-            args=[max(0, tokens), max(0, quota_tokens), ticket.response_id],
+            keys=[
+                f"{tenant}:resv",
+                f"{key}:tok",
+                f"{tenant}:tok",
+                f"{tenant}:inflight",
+                f"{tenant}:quota:{ticket.period}",
+            ],
+            args=[ticket.response_id, max(0, int(tokens)), max(0, int(quota_tokens))],
+        )
+        return bool(done)
+
+    def renew(self, *, ticket: Ticket) -> bool:
+        tenant = self._tenant(ticket)
+        done = self._renew(
+            keys=[f"{tenant}:inflight", f"{tenant}:resv"],
+            args=[ticket.response_id, self.lease_ms, RESERVATION_TTL_MS],
         )
         return bool(done)
 

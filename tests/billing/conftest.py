@@ -17,6 +17,7 @@ from decimal import Decimal
 import pytest
 
 from billing.models import Price, UsageRecord
+from billing.selectors.pricing import price_in_force
 from tenants.models import Tenant, Tier
 
 # Shared fixtures: the demo engine served by a WorkerLoop (GPU accounting
@@ -58,7 +59,9 @@ def record_factory() -> Callable[..., UsageRecord]:
     """``record_factory(tenant, day, prompt, cached, completion, **fields)`` at noon UTC on ``day``.
 
     Written with the ORM so that records can lie in past months; the
-    service's idempotency is tested in test_services.
+    service's idempotency is tested in test_services. Like the request path
+    then, the record carries the tenant's tier at the time and that tier's
+    price in force on its day (``tier=``/``price=`` override them).
     """
 
     def make(
@@ -72,6 +75,12 @@ def record_factory() -> Callable[..., UsageRecord]:
         status: str = UsageRecord.Status.COMPLETED,
         **fields,
     ) -> UsageRecord:
+        created_at = fields.pop("created_at", None) or datetime.combine(day, time(12), tzinfo=UTC)
+        tier_id = fields.pop("tier", tenant.tier).pk
+        if "price" not in fields:
+            fields["price"] = price_in_force(
+                tier_id=tier_id, model=model, day=created_at.astimezone(UTC).date()
+            )
         return UsageRecord.objects.create(
             response_id=f"chatcmpl-{uuid.uuid4().hex}",
             tenant=tenant,
@@ -81,8 +90,8 @@ def record_factory() -> Callable[..., UsageRecord]:
             prompt_tokens=prompt,
             cached_tokens=cached,
             completion_tokens=completion,
-            created_at=fields.pop("created_at", None)
-            or datetime.combine(day, time(12), tzinfo=UTC),
+            created_at=created_at,
+            tier_id=tier_id,
             **fields,
         )
 

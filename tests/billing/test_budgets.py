@@ -1,8 +1,9 @@
-"""Budgets: the spend counter, the emailed alerts and the API's hard stop."""
+"""Budgets: the ledger's spend, the emailed alerts and the API's hard stop."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import date
 from decimal import Decimal
 
@@ -10,28 +11,34 @@ import openai
 import pytest
 from asgiref.sync import sync_to_async
 from django.core import mail
-from django.core.cache import cache
 from django.utils import timezone
 
 import tenants.ratelimit as ratelimit
+from billing import ledger
 from billing.models import BudgetAlert, BudgetPolicy, UsageRecord
 from billing.selectors import month_spend, month_start
-from billing.services import budget_admit, budget_check, spend_this_month, usage_record_create
-from billing.services.budgets import BudgetExhausted, _budget_check_sync, spend_cache_key
+from billing.services import (
+    budget_check,
+    budget_reserve,
+    budget_settle,
+    spend_this_month,
+    usage_record_create,
+)
+from billing.services.budgets import BudgetExhausted, _reserve_sync, account_name
 from inference import relay
 from tests.billing.conftest import MODEL
 from tests.inference.asgi_client import asgi_post, sdk_client, sse_events
 from tests.inference.conftest import DEMO, ScriptedWorker
 from wire.events import EventType, delta_event, terminal_event, usage_body
 
-# Transactional: a record feeds the counter on commit, which a test
-# wrapped in one transaction never reaches.
+# Transactional: the request path's reads and the ledger's seeds must see
+# the records as committed.
 
 
 def settle(tenant, prompt: int, completion: int, *, model: str = MODEL, status="completed"):
-    """A response settled now, through the service the relay calls."""
+    """A response recorded now, without a hold (as the outbox drain writes one)."""
     return usage_record_create(
-        response_id=f"chatcmpl-{UsageRecord.objects.count()}-{tenant.pk}-{prompt}-{completion}",
+        response_id=f"chatcmpl-{uuid.uuid4().hex}",
         tenant_id=tenant.pk,
         model=model,
         source="api",
@@ -46,59 +53,97 @@ def settle(tenant, prompt: int, completion: int, *, model: str = MODEL, status="
     )[0]
 
 
+def respond(tenant, prompt: int, completion: int, *, status="completed", max_tokens=None):
+    """A response through the request path's steps: hold, record, settle."""
+    hold = asyncio.run(
+        budget_reserve(
+            tenant=tenant,
+            tier_id=tenant.tier_id,
+            model=MODEL,
+            hold_id=f"chatcmpl-{uuid.uuid4().hex}",
+            prompt_tokens=prompt,
+            completion_tokens=completion if max_tokens is None else max_tokens,
+        )
+    )
+    record, _ = usage_record_create(
+        response_id=hold.hold_id,
+        tenant_id=tenant.pk,
+        model=MODEL,
+        source="api",
+        status=status,
+        finish_reason="stop",
+        prompt_tokens=prompt,
+        cached_tokens=0,
+        completion_tokens=completion,
+        queue_time_ms=0,
+        ttft_ms=1,
+        duration_ms=1,
+        tier_id=hold.tier_id,
+        price_id=hold.price_id,
+    )
+    settled = asyncio.run(
+        budget_settle(
+            hold=hold,
+            status=status,
+            prompt_tokens=prompt,
+            cached_tokens=0,
+            completion_tokens=completion,
+        )
+    )
+    return hold, record, settled
+
+
 def this_month() -> date:
     return month_start(timezone.now().date())
 
 
+def account(tenant) -> str:
+    return account_name(tenant_id=tenant.pk, salt=tenant.cache_salt, day=this_month())
+
+
+def forget_account(tenant) -> None:
+    """Redis lost the tenant's ledger (a flush, a failover)."""
+    book = ledger.get_ledger()
+    book.client.delete(*book._keys(account(tenant)))
+
+
 @pytest.fixture
 def priced_tenant(tenant_factory, price_factory):
-    """A pro tenant whose tokens cost 1.00 per 1M prompt and 10.00 per 1M completion."""
+    """A pro tenant with a budget of 100.00, whose tokens cost 1.00 per 1M prompt and
+    10.00 per 1M completion."""
     tenant = tenant_factory(tier="pro")
+    tenant.monthly_budget = Decimal("100.00")
+    tenant.save()
     price_factory("pro", date(2020, 1, 1), "1", "0.5", "10")
     price_factory("pro", date(2020, 1, 1), "1", "0.5", "10", model=DEMO)
     return tenant
 
 
 @pytest.mark.django_db(transaction=True)
-def test_each_new_record_adds_its_cost_to_the_counter(priced_tenant):
-    """The counter follows settled records (failed ones are free) and a replayed
-    settlement adds nothing."""
-    settle(priced_tenant, 1_000_000, 0)
+def test_each_settled_hold_adds_its_records_cost(priced_tenant):
+    """A response's hold becomes spend at what its record bills (failed ones are
+    free) and a replayed settlement adds nothing."""
+    respond(priced_tenant, 1_000_000, 0)
     assert spend_this_month(tenant_id=priced_tenant.pk) == Decimal("1")
-    record = settle(priced_tenant, 0, 100_000)
-    settle(priced_tenant, 5_000_000, 5_000_000, status="failed")
-    usage_record_create(
-        **{
-            f.name: getattr(record, f.name)
-            for f in UsageRecord._meta.fields
-            if f.name
-            in (
-                "response_id",
-                "model",
-                "source",
-                "status",
-                "finish_reason",
-                "prompt_tokens",
-                "cached_tokens",
-                "completion_tokens",
-                "queue_time_ms",
-                "ttft_ms",
-                "duration_ms",
-            )
-        },
-        tenant_id=priced_tenant.pk,
+    hold, record, settled = respond(priced_tenant, 0, 100_000)
+    assert settled is True and record.price_id == hold.price_id is not None
+    _, failed, _ = respond(priced_tenant, 5_000_000, 5_000_000, status="failed")
+    assert failed.price_id == hold.price_id
+    replay = budget_settle(
+        hold=hold, status="completed", prompt_tokens=0, cached_tokens=0, completion_tokens=100_000
     )
+    assert asyncio.run(replay) is False
     assert spend_this_month(tenant_id=priced_tenant.pk) == Decimal("2")
     assert month_spend(tenant=priced_tenant, period=this_month()) == Decimal("2")
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_lost_counter_is_reseeded_from_the_records(priced_tenant):
-    """Redis lost the key: the next read recomputes the month from the records."""
-    settle(priced_tenant, 3_000_000, 200_000)
-    cache.delete(spend_cache_key(priced_tenant.pk, priced_tenant.cache_salt, this_month()))
+    """Redis lost the ledger: the next read recomputes the month from the records."""
+    respond(priced_tenant, 3_000_000, 200_000)
+    forget_account(priced_tenant)
     assert spend_this_month(tenant_id=priced_tenant.pk) == Decimal("5")
-    settle(priced_tenant, 1_000_000, 0)
+    respond(priced_tenant, 1_000_000, 0)
     assert spend_this_month(tenant_id=priced_tenant.pk) == Decimal("6")
 
 
@@ -136,40 +181,61 @@ def test_alerts_go_out_once_per_month_at_the_soft_ratio_and_the_budget(priced_te
 
 @pytest.mark.django_db(transaction=True)
 def test_budget_check_raises_a_counter_that_fell_behind(priced_tenant):
-    """A counter below the records' spend (an increment lost) is corrected upward."""
-    priced_tenant.monthly_budget = Decimal("100")
-    priced_tenant.save()
+    """Records the ledger never saw (written from the outbox, a settlement lost to a
+    Redis blip) are caught up by the periodic check, which never lowers it."""
+    respond(priced_tenant, 1_000_000, 0)
     settle(priced_tenant, 2_000_000, 0)
-    cache.set(spend_cache_key(priced_tenant.pk, priced_tenant.cache_salt, this_month()), 5)
+    assert spend_this_month(tenant_id=priced_tenant.pk) == Decimal("1")
     budget_check(tenant=priced_tenant)
-    assert spend_this_month(tenant_id=priced_tenant.pk) == Decimal("2")
+    assert spend_this_month(tenant_id=priced_tenant.pk) == Decimal("3")
+    ledger.get_ledger().catch_up(account=account(priced_tenant), spent=10**10)
+    budget_check(tenant=priced_tenant)
+    assert spend_this_month(tenant_id=priced_tenant.pk) == Decimal("10")
 
 
 @pytest.mark.django_db(transaction=True)
-def test_budget_admit_refuses_once_spend_reaches_the_budget(priced_tenant):
-    """No budget: never refused. Below: admitted. At or over: BudgetExhausted."""
-    asyncio.run(budget_admit(tenant_id=priced_tenant.pk))
+def test_budget_reserve_refuses_what_the_worst_case_would_pass(priced_tenant):
+    """No budget: never refused. Otherwise a request is refused when spend plus its
+    worst case (all of max_tokens) would pass the budget, and once spend reaches it."""
+    priced_tenant.monthly_budget = None
+    priced_tenant.save()
+    respond(priced_tenant, 10**9, 0)
     priced_tenant.monthly_budget = Decimal("2.00")
     priced_tenant.save()
-    settle(priced_tenant, 1_999_999, 0)
-    asyncio.run(budget_admit(tenant_id=priced_tenant.pk))
-    settle(priced_tenant, 1, 0)
+    forget_account(priced_tenant)
+    UsageRecord.objects.filter(tenant=priced_tenant).delete()
+    respond(priced_tenant, 1_000_000, 0)  # 1.00 spent
+    # 0.1M completion tokens may cost 1.00: exactly the budget left.
+    respond(priced_tenant, 0, 50_000, max_tokens=100_000)  # 0.50 spent
     with pytest.raises(BudgetExhausted) as caught:
-        asyncio.run(budget_admit(tenant_id=priced_tenant.pk))
-    assert "monthly budget of 2.00 USD is exhausted" in caught.value.message
+        respond(priced_tenant, 0, 1, max_tokens=100_000)
+    assert "monthly budget of 2.00 USD is exhausted (1.50 USD spent" in caught.value.message
+    respond(priced_tenant, 500_000, 0)  # 2.00 spent
+    with pytest.raises(BudgetExhausted):
+        respond(priced_tenant, 0, 0)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_request_path_reads_one_row_and_one_counter(priced_tenant, django_assert_num_queries):
-    """No aggregate per request: once the counter exists, admission is one primary-key
-    read (the budget) and a cache read."""
-    priced_tenant.monthly_budget = Decimal("50")
-    priced_tenant.save()
+def test_the_request_path_reads_two_rows_and_one_ledger_call(
+    priced_tenant, django_assert_num_queries
+):
+    """No aggregate per request: once the month is known to the ledger, admission
+    reads the tenant's budget and the price in force, then holds in one round trip."""
     for _ in range(20):
         settle(priced_tenant, 1_000_000, 0)
     spend_this_month(tenant_id=priced_tenant.pk)
-    with django_assert_num_queries(1):
-        _budget_check_sync(priced_tenant.pk)
+    with django_assert_num_queries(2):
+        hold = _reserve_sync(
+            tenant=priced_tenant,
+            tier_id=priced_tenant.tier_id,
+            model=MODEL,
+            hold_id="chatcmpl-queries",
+            prompt_tokens=10,
+            completion_tokens=10,
+            use_database=True,
+        )
+    # 10 prompt tokens at 1.00 and 10 completion tokens at 10.00 per 1M.
+    assert hold.account is not None and hold.amount == 110_000  # nano-units
 
 
 class GatedWorker(ScriptedWorker):
@@ -231,6 +297,8 @@ async def test_the_api_stops_at_the_budget_and_running_requests_are_still_record
     assert running.status == 200
 
     await sync_to_async(settle)(priced_tenant, 0, 100_000, model=DEMO)  # 1.00 spent
+    # Recorded outside the request path: the periodic check counts it.
+    await sync_to_async(budget_check)(tenant=priced_tenant)
 
     with pytest.raises(openai.RateLimitError) as caught:
         await sdk_client(key).chat.completions.create(**body)

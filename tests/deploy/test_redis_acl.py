@@ -15,6 +15,7 @@ import uuid
 import pytest
 import redis
 
+from billing.ledger.redis_ledger import RedisLedger
 from tenants.ratelimit.base import Limits, Ticket
 from tenants.ratelimit.redis_limiter import RedisLimiter
 from tests.deploy.redis_acl import acl_redis  # noqa: F401 (fixture)
@@ -141,7 +142,7 @@ def test_a_fake_worker_cannot_register_without_worker_credentials(acl_redis):  #
     assert not acl_redis.client("web").hexists("llm:workers", fake.worker_id)
 
 
-def test_the_web_users_rate_limits_run_under_its_acl(acl_redis):  # noqa: F811
+def test_the_web_users_rate_limits_and_budget_holds_run_under_its_acl(acl_redis):  # noqa: F811
     acl_redis.reset_denials()
     limiter = RedisLimiter(acl_redis.url("web"), prefix="rl")
     ticket = Ticket.for_response(response_id="r-acl", api_key_id=1, tenant_id=1)
@@ -151,7 +152,15 @@ def test_the_web_users_rate_limits_run_under_its_acl(acl_redis):  # noqa: F811
     )  # fmt: skip
     snapshot = limiter.admit(ticket=ticket, limits=limits, tokens=10, quota_seed=0)
     assert snapshot.outcome == "ok"
+    assert limiter.renew(ticket=ticket)
     assert limiter.settle(ticket=ticket, tokens=4, quota_tokens=4)
+    # The budget ledger shares the rl: prefix, so the same grant covers it.
+    ledger = RedisLedger(acl_redis.url("web"), prefix="rl")
+    held = ledger.reserve(account="1:salt:202601", hold_id="r-acl", amount=5, budget=50, seed=0)
+    assert held.outcome == "ok"
+    assert ledger.renew(account="1:salt:202601", hold_id="r-acl")
+    assert ledger.settle(account="1:salt:202601", hold_id="r-acl", cost=3)
+    assert ledger.catch_up(account="1:salt:202601", spent=9)
     assert acl_redis.denials() == []
 
 

@@ -52,9 +52,7 @@ def test_a_model_outside_the_snapshot_catalog_needs_a_path(tiers):
 
 def test_the_catalog_path_comes_from_the_snapshot(tiers, tmp_path):
     missing = tmp_path / "weights"
-    services.served_model_register(
-        name="start-up-model", context_length=4096, path=str(missing)
-    )
+    services.served_model_register(name="start-up-model", context_length=4096, path=str(missing))
     services.snapshot_publish()
     with pytest.raises(CommandError, match=f"{missing} is not a directory"):
         _start()

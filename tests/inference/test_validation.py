@@ -44,8 +44,23 @@ def post(client, key, **fields):
         ({"max_tokens": 10**12}, "max_tokens", "integer_above_max_value"),
         ({"max_completion_tokens": 10**6}, "max_completion_tokens", "integer_above_max_value"),
         ({"max_tokens": 5, "max_completion_tokens": 6}, "max_tokens", "invalid_value"),
-        ({"presence_penalty": 0.5}, "presence_penalty", "invalid_value"),
-        ({"frequency_penalty": -1}, "frequency_penalty", "invalid_value"),
+        ({"presence_penalty": 2.5}, "presence_penalty", "value_above_max_value"),
+        ({"frequency_penalty": -2.1}, "frequency_penalty", "value_below_min_value"),
+        ({"repetition_penalty": 0}, "repetition_penalty", "value_below_min_value"),
+        ({"min_p": 1.5}, "min_p", "value_above_max_value"),
+        ({"top_k": -2}, "top_k", "value_below_min_value"),
+        ({"logit_bias": {"5": 101}}, "logit_bias.5", "value_above_max_value"),
+        ({"logit_bias": {"five": 1}}, "logit_bias", "invalid_value"),
+        ({"logit_bias": {"-3": 1}}, "logit_bias", "invalid_value"),
+        ({"logit_bias": {"99999999": 1}}, "logit_bias", "invalid_value"),
+        ({"stop_token_ids": [2**40]}, "stop_token_ids[0]", "value_above_max_value"),
+        ({"stop_token_ids": [49152]}, "stop_token_ids", "invalid_value"),
+        ({"bad_words": [""]}, "bad_words[0]", "empty_string"),
+        ({"bad_words": ["x"] * 17}, "bad_words", "array_above_max_length"),
+        ({"prompt_logprobs": 21}, "prompt_logprobs", "value_above_max_value"),
+        ({"prompt_logprobs": 1, "stream": True}, "prompt_logprobs", "invalid_value"),
+        ({"min_tokens": 9, "max_tokens": 8}, "min_tokens", "invalid_value"),
+        ({"ignore_eos": "yes"}, "ignore_eos", "invalid_type"),
         ({"stream_options": {"include_usage": True}}, "stream_options", "invalid_value"),
         (
             {"stream": True, "stream_options": {"other": 1}},
@@ -72,6 +87,56 @@ def test_zero_penalties_and_none_values_are_accepted_by_validation(client, pro_k
     )
     assert response.status_code == 503
     assert json.loads(response.content)["error"]["code"] == "no_worker_available"
+
+
+def test_vllm_sampling_parameters_reach_the_worker_in_engine_terms(client, pro_key, worker_factory):
+    """OpenAI's and vLLM's names in, the engine's SamplingParams fields out."""
+    worker = worker_factory().start()
+    try:
+        response = post(
+            client,
+            pro_key,
+            max_tokens=12,
+            presence_penalty=0.5,
+            frequency_penalty=-0.25,
+            logit_bias={"42": -100, "7": 3.5},
+            top_k=-1,
+            min_p=0.05,
+            repetition_penalty=1.2,
+            min_tokens=4,
+            ignore_eos=True,
+            stop_token_ids=[2],
+            bad_words=["darn"],
+            include_stop_str_in_output=True,
+            skip_special_tokens=False,
+            prompt_logprobs=2,
+            deterministic=True,
+        )
+        assert response.status_code == 200, response.content
+    finally:
+        worker.stop()
+    (request,) = worker.received
+    sampling = request.sampling
+    assert {k: sampling[k] for k in ("presence_penalty", "frequency_penalty", "top_k")} == {
+        "presence_penalty": 0.5,
+        "frequency_penalty": -0.25,
+        "top_k": 0,
+    }
+    assert sampling["logit_bias"] == {"42": -100.0, "7": 3.5}
+    assert (sampling["min_p"], sampling["repetition_penalty"], sampling["min_tokens"]) == (
+        0.05,
+        1.2,
+        4,
+    )
+    assert sampling["ignore_eos"] and sampling["include_stop_str_in_output"]
+    assert sampling["skip_special_tokens"] is False
+    assert (sampling["stop_token_ids"], sampling["bad_words"]) == ([2], ["darn"])
+    assert (sampling["prompt_logprobs"], sampling["deterministic"]) == (2, True)
+    # What the worker builds from it is the engine's own type, keys as ids again.
+    from gpuworkers.engine import SamplingParams
+
+    params = SamplingParams(**sampling)
+    assert params.logit_bias == {42: -100.0, 7: 3.5}
 
 
 def test_prompt_over_the_context_cap_is_context_length_exceeded(client, pro_key, tiers):

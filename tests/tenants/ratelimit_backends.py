@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from tenants.ratelimit import Limits, Ticket
+from tenants.ratelimit.base import WINDOW_MS
 from tenants.ratelimit.memory_limiter import MemoryLimiter
 from tenants.ratelimit.redis_limiter import RedisLimiter
 from tests.redis_helpers import redis_test_url as shared_redis_test_url
@@ -31,11 +32,11 @@ needs_redis = pytest.mark.skipif(not _redis_up(), reason="Redis is not reachable
 KINDS = [pytest.param("memory"), pytest.param("redis", marks=needs_redis)]
 
 
-def make_limiter(kind: str, *, lease_ms: int = 900_000):
+def make_limiter(kind: str, *, lease_ms: int = 900_000, window_ms: int = WINDOW_MS):
     if kind == "memory":
-        return MemoryLimiter(lease_ms=lease_ms)
+        return MemoryLimiter(lease_ms=lease_ms, window_ms=window_ms)
     prefix = f"rltest-{uuid.uuid4().hex[:12]}"
-    return RedisLimiter(redis_test_url(), prefix=prefix, lease_ms=lease_ms)
+    return RedisLimiter(redis_test_url(), prefix=prefix, lease_ms=lease_ms, window_ms=window_ms)
 
 
 def limits(**overrides: int) -> Limits:

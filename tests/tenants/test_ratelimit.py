@@ -137,8 +137,8 @@ def test_decision_headers_report_the_tightest_scope(limiter):
 
 
 def test_refusal_retry_after_is_the_time_left_in_the_window(limiter):
-    """A request refused by rpm may retry when the window ends, not before: its
-    retry-after is the window less the time since the window's first request."""
+    """A request refused by rpm may retry when the admission in its way leaves the
+    window, not before: its retry-after is the window less that admission's age."""
     lim = limits(key_rpm=1)
     started = time.monotonic()
     admit(limiter, ticket(), lim)

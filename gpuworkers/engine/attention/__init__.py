@@ -17,15 +17,17 @@ from gpuworkers.engine.attention.metadata import (
 from gpuworkers.engine.attention.torch_backend import TorchAttentionBackend
 
 
-def select_backend(name: str, device: str) -> type[AttentionBackend]:
+def select_backend(name: str, device: str, deterministic: bool = False) -> type[AttentionBackend]:
     """The backend class for ``name`` on ``device`` ("auto" picks by device).
 
     Chosen by device, not by import success: ``import flashinfer`` succeeds
-    on CPU-only hosts and fails only on first use.
+    on CPU-only hosts and fails only on first use. A deterministic engine
+    gets the torch backend: only its attention is batch-invariant.
     """
     is_cuda = str(device).startswith("cuda")
     if name == "auto":
-        name = "flashinfer" if is_cuda and _flashinfer_installed() else "torch"
+        flashinfer = is_cuda and not deterministic and _flashinfer_installed()
+        name = "flashinfer" if flashinfer else "torch"
     if name == "torch":
         return TorchAttentionBackend
     if name == "flashinfer":

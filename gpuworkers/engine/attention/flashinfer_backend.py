@@ -25,6 +25,10 @@ class FlashInferMetadata:
     num_decodes: int  # leading single-token rows, run by the decode wrapper
     num_prefills: int  # prefill chunks after them, run by the prefill wrapper
     slot_mapping: torch.Tensor  # [tokens] int64: where each new K/V goes
+    # Batch-invariant linears in the model. FlashInfer's own attention is
+    # not made invariant here (its split-KV plan depends on the batch):
+    # deterministic serving on CUDA uses attention_backend="torch".
+    deterministic: bool = False
 
 
 class FlashInferMetadataBuilder:
@@ -61,7 +65,7 @@ class FlashInferMetadataBuilder:
                 qo_indptr, indptr, indices, last, b.num_heads, b.num_kv_heads,
                 b.head_dim, b.block_size, causal=True, q_data_type=dtype, kv_data_type=dtype,
             )  # fmt: skip
-        return FlashInferMetadata(d, common.num_prefills, common.slot_mapping)
+        return FlashInferMetadata(d, common.num_prefills, common.slot_mapping, common.deterministic)
 
     def _page_table(self, tables, lens, device):
         block_size = self.backend.block_size

@@ -33,6 +33,11 @@ class CommonAttentionMetadata:
     # Device blocks of each sequence covering context + query tokens
     # (exactly ceil(kv_len / block_size) of them).
     block_tables: list[list[int]]
+    # Run batch-invariant kernels: a token's result must not depend on the
+    # chunking, prefix-cache hits or the rest of the batch. Each backend's
+    # metadata carries it on as ``deterministic``; the model reads it there
+    # for its linear layers.
+    deterministic: bool = False
 
     @property
     def num_seqs(self) -> int:
@@ -49,7 +54,8 @@ class CommonAttentionMetadata:
 
 class AttentionMetadataBuilder(Protocol):
     def build(self, common: CommonAttentionMetadata, dtype: torch.dtype) -> object:
-        """This step's backend-specific metadata (plans, index tensors)."""
+        """This step's backend-specific metadata (plans, index tensors),
+        with a ``deterministic`` attribute copied from ``common``."""
         ...
 
 

@@ -1,5 +1,11 @@
-"""The torch backend's per-step metadata: index tensors, masks, the bound
-CPU decode kernel. Built once per step, shared by every layer."""
+"""The torch backend's per-step metadata: index tensors, the decode
+groups' padding masks, the bound CPU decode kernel. Built once per step,
+shared by every layer.
+
+No mask of query x key size is built here: a chunk after cached context
+gets its causal masks per query tile in the backend (``torch_backend``),
+at most ``PREFILL_QUERY_TILE`` rows at a time, in the model's dtype.
+"""
 
 from __future__ import annotations
 
@@ -20,10 +26,6 @@ class PrefillSpan:
     context_len: int  # tokens already in the cache before this chunk
     # Device block ids covering context_len + query_len tokens.
     block_table: torch.Tensor
-    # Additive float32 causal mask [query_len, context_len + query_len]
-    # (0 or -inf) when context_len > 0. Additive, not boolean: CPU SDPA takes
-    # a much slower path for boolean masks.
-    bias: torch.Tensor | None = None
 
     @property
     def kv_len(self) -> int:
@@ -44,7 +46,12 @@ class DecodeGroup:
 @dataclass(slots=True)
 class TorchAttentionMetadata:
     """Layout of the flattened batch: ``num_decodes`` single tokens first,
-    then the prefill chunks."""
+    then the prefill chunks.
+
+    In a deterministic step every query token is a "decode" row (its own
+    query over the paged cache, ``decode_table_rows`` naming its
+    sequence's table) and there are no prefill spans: see ``build``.
+    """
 
     num_decodes: int
     # Cache slot (block * block_size + offset) of every token in the batch.
@@ -53,6 +60,11 @@ class TorchAttentionMetadata:
     # int64 valid lengths (keys per row).
     decode_block_tables: torch.Tensor | None = None
     decode_kv_lens: torch.Tensor | None = None
+    # Deterministic steps: [num_decodes] int64, the decode_block_tables row
+    # of each query row (rows of one chunk share their sequence's table).
+    decode_table_rows: torch.Tensor | None = None
+    # The step runs batch-invariant kernels (the model reads this too).
+    deterministic: bool = False
     prefills: list[PrefillSpan] = field(default_factory=list)
     # Set by TorchMetadataBuilder.plan, one of the two decode paths: the
     # compiled kernel bound to this step's tables, or padded gather groups.
@@ -72,8 +84,13 @@ class TorchMetadataBuilder:
         self.kernel = kernel
 
     def build(self, common: CommonAttentionMetadata, dtype: torch.dtype) -> TorchAttentionMetadata:
-        """Decode tables and lengths, prefill spans and their masks, then ``plan``."""
+        """Decode tables and lengths and prefill spans (or, in a
+        deterministic step, one query row per token), then ``plan``."""
         device = common.slot_mapping.device
+        if common.deterministic:
+            meta = self._token_rows(common, device)
+            self.plan(meta, dtype)
+            return meta
         d = common.num_decodes
         meta = TorchAttentionMetadata(num_decodes=d, slot_mapping=common.slot_mapping)
         if d:
@@ -87,15 +104,35 @@ class TorchMetadataBuilder:
                 context_len=common.context_lens[i],
                 block_table=_long(common.block_tables[i], device),
             )
-            if span.context_len:
-                # Queries see the cached context and their own causal past.
-                key_pos = torch.arange(span.kv_len, device=device)
-                query_pos = torch.arange(span.context_len, span.kv_len, device=device)
-                span.bias = additive_mask(key_pos[None, :] <= query_pos[:, None])
             meta.prefills.append(span)
             query_start += span.query_len
         self.plan(meta, dtype)
         return meta
+
+    def _token_rows(self, common: CommonAttentionMetadata, device) -> TorchAttentionMetadata:
+        """A deterministic step: every query token, decode or prefill, is
+        one row over the paged cache, seeing keys [0, its position].
+
+        The backend writes the step's K/V first, so a token's keys are the
+        same cache entries whether they were computed in this chunk, an
+        earlier one or another request's (a prefix-cache hit), and every
+        row goes through one kernel with one reduction order: its result
+        depends on its own query and keys only, not on chunking, cache hits
+        or the rest of the batch.
+        """
+        query_lens = torch.tensor(common.query_lens, dtype=torch.long)
+        rows = torch.repeat_interleave(torch.arange(common.num_seqs), query_lens)
+        starts = torch.cumsum(query_lens, 0) - query_lens
+        offsets = torch.arange(len(rows)) - starts[rows]
+        lens = torch.tensor(common.context_lens, dtype=torch.long)[rows] + offsets + 1
+        return TorchAttentionMetadata(
+            num_decodes=len(rows),
+            slot_mapping=common.slot_mapping,
+            decode_block_tables=_long(_pad(common.block_tables), device),
+            decode_kv_lens=lens.to(device),
+            decode_table_rows=rows.to(device),
+            deterministic=True,
+        )
 
     def plan(self, meta: TorchAttentionMetadata, dtype: torch.dtype | None = None) -> None:
         """Choose the decode path and precompute it for all layers: bind the
@@ -112,9 +149,16 @@ class TorchMetadataBuilder:
         if not meta.num_decodes:
             return
         if use_kernel:
-            meta.decode_kernel = self.kernel.bind(meta.decode_block_tables, meta.decode_kv_lens)
+            meta.decode_kernel = self.kernel.bind(
+                meta.decode_block_tables, meta.decode_kv_lens, meta.decode_table_rows
+            )
             return
         lens = meta.decode_kv_lens.tolist()
+        if meta.decode_table_rows is not None:
+            # Deterministic without the kernel: one gather group per row, so
+            # that a row's padding and matmul shapes depend on its own length.
+            self._single_row_groups(meta, lens, device)
+            return
         for start, end in split_decode_groups(lens):
             width = -(-max(lens[start:end]) // self.block_size)
             tables = meta.decode_block_tables[start:end, :width]
@@ -123,6 +167,17 @@ class TorchMetadataBuilder:
             meta.decode_groups.append(
                 DecodeGroup(start, end, tables, additive_mask(valid[:, None, None, :]))
             )
+
+    def _single_row_groups(self, meta: TorchAttentionMetadata, lens: list[int], device) -> None:
+        tables = meta.decode_block_tables
+        for row, (seq, length) in enumerate(
+            zip(meta.decode_table_rows.tolist(), lens, strict=True)
+        ):
+            width = -(-length // self.block_size)
+            key_pos = torch.arange(width * self.block_size, device=device)
+            valid = (key_pos < length)[None, None, None, :]
+            table = tables[seq : seq + 1, :width]
+            meta.decode_groups.append(DecodeGroup(row, row + 1, table, additive_mask(valid)))
 
 
 def split_decode_groups(lens: list[int], ratio: float = 2.0, min_rows: int = 8):

@@ -111,10 +111,11 @@ def _load() -> object | None:
     pointer, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
     signatures = {
         "paged_decode_supported": ([i32] * 4, i32),
-        # is_bf16, q, q_stride, k, v, tables, table_stride, lens, out,
-        # seqs, heads, kv_heads, head_dim, block_size, block/head stride, scale
+        # is_bf16, q, q_stride, k, v, tables, table_stride, table rows, lens,
+        # out, seqs, heads, kv_heads, head_dim, block_size, block/head
+        # stride, scale
         "paged_decode": (
-            [i32, pointer, i64, pointer, pointer, pointer, i64, pointer, pointer]
+            [i32, pointer, i64, pointer, pointer, pointer, i64, pointer, pointer, pointer]
             + [i32] * 5
             + [i64, i64, f32],
             i32,

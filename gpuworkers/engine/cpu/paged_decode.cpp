@@ -18,7 +18,11 @@
 //   v block      [num_kv_heads, BLOCK, HEAD_DIM]
 //   block b of the pool starts at b * block_stride; kv head h of a block at
 //   h * head_stride (both shared by K and V)
-//   block_tables [num_seqs, table_stride] int64, kv_lens [num_seqs] int64
+//   block_tables [num_tables, table_stride] int64, kv_lens [num_seqs] int64
+//   table_rows   [num_seqs] int64 or null: query row i reads block_tables
+//                row table_rows[i] (null: row i). Lets every token of a
+//                prefill chunk be its own query row over one shared table
+//                (the engine's deterministic mode) without copying tables.
 //
 // Query heads q*GROUP .. q*GROUP+GROUP-1 share kv head q (grouped-query
 // attention); GROUP, HEAD_DIM and BLOCK are template parameters so that the
@@ -60,6 +64,7 @@ struct Problem {
   const void *k, *v;
   const int64_t *block_tables;
   int64_t table_stride;
+  const int64_t *table_rows;
   const int64_t *kv_lens;
   void *out;
   int num_seqs, num_heads, num_kv_heads;
@@ -73,7 +78,8 @@ void attend(const Problem &p, int seq, int kv_head, std::vector<float> &scores) 
   const T *k = static_cast<const T *>(p.k);
   const T *v = static_cast<const T *>(p.v);
   const int64_t len = p.kv_lens[seq];
-  const int64_t *table = p.block_tables + seq * p.table_stride;
+  const int64_t table_row = p.table_rows ? p.table_rows[seq] : seq;
+  const int64_t *table = p.block_tables + table_row * p.table_stride;
   const int64_t num_blocks = (len + BLOCK - 1) / BLOCK;
   const int64_t first_head = static_cast<int64_t>(seq) * p.num_heads + kv_head * GROUP;
   const T *q = static_cast<const T *>(p.q) + seq * p.q_stride + kv_head * GROUP * HEAD_DIM;
@@ -231,14 +237,16 @@ int paged_decode_supported(int is_bf16, int head_dim, int group, int block_size)
 // Returns 0, or -1 for an unsupported shape (nothing written). q rows may
 // be strided (a view into the fused qkv output); out is contiguous.
 int paged_decode(int is_bf16, const void *q, int64_t q_stride, const void *k, const void *v,
-                 const int64_t *block_tables, int64_t table_stride, const int64_t *kv_lens,
-                 void *out, int num_seqs, int num_heads, int num_kv_heads, int head_dim,
-                 int block_size, int64_t block_stride, int64_t head_stride, float scale) {
+                 const int64_t *block_tables, int64_t table_stride, const int64_t *table_rows,
+                 const int64_t *kv_lens, void *out, int num_seqs, int num_heads,
+                 int num_kv_heads, int head_dim, int block_size, int64_t block_stride,
+                 int64_t head_stride, float scale) {
   if (num_kv_heads <= 0 || num_heads % num_kv_heads) return -1;
   Runner runner = pick_for(is_bf16, head_dim, num_heads / num_kv_heads, block_size);
   if (runner == nullptr) return -1;
-  Problem p{q,   q_stride,  k,         v,            block_tables, table_stride, kv_lens,
-            out, num_seqs,  num_heads, num_kv_heads, block_stride, head_stride,  scale};
+  Problem p{q,        q_stride,     k,          v,       block_tables, table_stride,
+            table_rows, kv_lens,   out,        num_seqs, num_heads,    num_kv_heads,
+            block_stride, head_stride, scale};
   runner(p);
   return 0;
 }

@@ -32,11 +32,24 @@ class PagedDecodeKernel:
     def supports(self, dtype: torch.dtype, device: torch.device) -> bool:
         return device.type == "cpu" and self._supported.get(dtype, False)
 
-    def bind(self, block_tables: torch.Tensor, kv_lens: torch.Tensor) -> BoundDecode:
-        """This step's decode rows, checked once and shared by every layer."""
-        if block_tables.dtype != torch.int64 or kv_lens.dtype != torch.int64:
-            raise ValueError("block tables and lengths must be int64")
-        return BoundDecode(self, block_tables.contiguous(), kv_lens.contiguous())
+    def bind(
+        self,
+        block_tables: torch.Tensor,
+        kv_lens: torch.Tensor,
+        table_rows: torch.Tensor | None = None,
+    ) -> BoundDecode:
+        """This step's query rows, checked once and shared by every layer.
+
+        ``table_rows`` [rows] int64: the block-table row each query row
+        reads (default: row i reads table i), so many rows can share one
+        sequence's table.
+        """
+        index = [block_tables, kv_lens] + ([table_rows] if table_rows is not None else [])
+        if any(t.dtype != torch.int64 for t in index):
+            raise ValueError("block tables, lengths and table rows must be int64")
+        if table_rows is not None:
+            table_rows = table_rows.contiguous()
+        return BoundDecode(self, block_tables.contiguous(), kv_lens.contiguous(), table_rows)
 
     def __call__(self, q, k_cache, v_cache, block_tables, kv_lens) -> torch.Tensor:
         return self.bind(block_tables, kv_lens)(q, k_cache, v_cache)
@@ -74,12 +87,19 @@ class PagedDecodeKernel:
 class BoundDecode:
     """The kernel bound to one step's block tables and lengths."""
 
-    __slots__ = ("kernel", "tables", "lens")
+    __slots__ = ("kernel", "tables", "lens", "rows")
 
-    def __init__(self, kernel: PagedDecodeKernel, tables: torch.Tensor, lens: torch.Tensor):
+    def __init__(
+        self,
+        kernel: PagedDecodeKernel,
+        tables: torch.Tensor,
+        lens: torch.Tensor,
+        rows: torch.Tensor | None = None,
+    ):
         self.kernel = kernel
-        self.tables = tables  # [seqs, max_blocks] int64, contiguous
-        self.lens = lens  # [seqs] int64
+        self.tables = tables  # [tables, max_blocks] int64, contiguous
+        self.lens = lens  # [seqs] int64: keys of each query row
+        self.rows = rows  # [seqs] int64 table row per query row, or None: row i
 
     def __call__(
         self,
@@ -105,6 +125,7 @@ class BoundDecode:
             v_cache.data_ptr(),
             self.tables.data_ptr(),
             self.tables.stride(0),
+            self.rows.data_ptr() if self.rows is not None else None,
             self.lens.data_ptr(),
             out.data_ptr(),
             q.shape[0],

@@ -8,6 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gpuworkers.engine.models.batch_invariant import linear
+
 
 class RMSNorm(nn.Module):
     # engine.cpu.FusedOps when enabled (bfloat16 on CPU): one pass instead of six.
@@ -109,9 +111,10 @@ class MLP(nn.Module):
         self.down = nn.Linear(intermediate, hidden, bias=False)
         self.intermediate = intermediate
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate_up = self.gate_up(x)
+    def forward(self, x: torch.Tensor, invariant: bool = False) -> torch.Tensor:
+        """``invariant``: batch-invariant linears (models/batch_invariant.py)."""
+        gate_up = linear(self.gate_up, x, invariant)
         if self.fused is not None and self.fused.applies(gate_up):
-            return self.down(self.fused.silu_and_mul(gate_up))
+            return linear(self.down, self.fused.silu_and_mul(gate_up), invariant)
         gate, up = gate_up.split(self.intermediate, dim=-1)
-        return self.down(F.silu(gate) * up)
+        return linear(self.down, F.silu(gate) * up, invariant)

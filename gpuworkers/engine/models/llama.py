@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from gpuworkers.engine.attention.metadata import AttentionBackend
+from gpuworkers.engine.models.batch_invariant import linear
 from gpuworkers.engine.models.config import ModelConfig
 from gpuworkers.engine.models.layers import MLP, RMSNorm, RotaryEmbedding
 
@@ -29,13 +30,14 @@ class Attention(nn.Module):
         self.o = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
 
     def forward(self, x, positions, rotary, k_cache, v_cache, meta, backend):
-        q, k, v = self.qkv(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        qkv = linear(self.qkv, x, meta.deterministic)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         q, k = rotary(positions, q, k)
         out = backend.forward(q, k, v, k_cache, v_cache, meta)
-        return self.o(out.reshape(-1, self.q_size))
+        return linear(self.o, out.reshape(-1, self.q_size), meta.deterministic)
 
 
 class DecoderLayer(nn.Module):
@@ -58,7 +60,7 @@ class DecoderLayer(nn.Module):
             residual, normed = self.input_norm.add_and_norm(residual, x)
         x = self.attn(normed, positions, rotary, k_cache, v_cache, meta, backend)
         residual, normed = self.post_attn_norm.add_and_norm(residual, x)
-        return self.mlp(normed), residual
+        return self.mlp(normed, meta.deterministic), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -79,7 +81,9 @@ class LlamaForCausalLM(nn.Module):
         input_ids: torch.Tensor,
         positions: torch.Tensor,
         kv_cache: torch.Tensor,  # [layers, 2, blocks, *backend.cache_block_shape()]
-        meta: object,  # backend.metadata_builder.build(...), this step's
+        # backend.metadata_builder.build(...), this step's; its
+        # ``deterministic`` switches the linears to batch-invariant tiles.
+        meta: object,
         backend: AttentionBackend,
         logits_indices: torch.Tensor,
     ) -> torch.Tensor:
@@ -92,7 +96,7 @@ class LlamaForCausalLM(nn.Module):
         # Only sampled positions need the last residual add, the final norm
         # and the LM head.
         x = self.norm(residual[logits_indices] + x[logits_indices])
-        return self.lm_head(x).float()
+        return linear(self.lm_head, x, meta.deterministic).float()
 
     # Weights ----------------------------------------------------------
 

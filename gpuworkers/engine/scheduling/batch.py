@@ -70,9 +70,34 @@ class SampleInput:
     # the prompt's row on the step its prefill completes.
     seq_id: int
     params: SamplingParams
-    # The choice's own torch.Generator (seeded per choice); only sampling
-    # advances it. Opaque to the scheduler, which never imports torch.
-    generator: object | None
+    # The choice's random stream; this draw is number ``num_output_tokens``
+    # of it, so a seeded choice draws the same whatever the batch.
+    seed: int = 0
+    # Output tokens the choice has: the draw index, and what min_tokens counts.
+    num_output_tokens: int = 0
+    # Prompt + output ids, copied only for penalties and bad words (else empty).
+    token_ids: list[int] = field(default_factory=list)
+    num_prompt_tokens: int = 0
+    # Ids to mask because min_tokens is not reached yet (else empty).
+    min_tokens_ids: tuple[int, ...] = ()
+    # The request's bad words as token sequences (shared, never changed).
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass(slots=True)
+class PromptLogprobsInput:
+    """A prefill chunk of a ``prompt_logprobs`` request: the prompt tokens
+    its logits predict (the logits at position p predict token p + 1)."""
+
+    # Index of the chunk in ``ScheduledBatch.seqs``.
+    index: int
+    seq_id: int
+    # Positions whose logits are needed; a subrange of the chunk's.
+    positions: range
+    # The prompt tokens they predict, one per position.
+    target_ids: list[int]
+    # Alternatives per token (params.prompt_logprobs).
+    k: int
 
 
 @dataclass(slots=True)
@@ -85,6 +110,8 @@ class ScheduledBatch:
     seqs: list[ScheduledSeq] = field(default_factory=list)
     # Tokens to sample, in row order; the runner returns one result each.
     samples: list[SampleInput] = field(default_factory=list)
+    # Prefill chunks whose prompt-token logprobs are wanted, in seqs order.
+    prompt_logprobs: list[PromptLogprobsInput] = field(default_factory=list)
     cache_ops: CacheOps = field(default_factory=CacheOps)
     # Sequences whose prompt completes this step for an n > 1 request: when
     # the step is done their sibling choices fork off the prompt's blocks
@@ -93,6 +120,9 @@ class ScheduledBatch:
     # Prompt tokens among the scheduled ones (recomputed outputs excluded),
     # for the engine's statistics.
     num_prompt_tokens: int = 0
+    # A scheduled request asked for deterministic mode: the runner runs the
+    # whole step's forward pass batch-invariant.
+    deterministic: bool = False
 
     @property
     def num_batched_tokens(self) -> int:
@@ -144,9 +174,12 @@ def assemble(picked: list[tuple[ScheduledSeq, Sequence]], cache_ops: CacheOps) -
     picked = sorted(picked, key=_layout_key)
     batch = ScheduledBatch(seqs=[item for item, _ in picked], cache_ops=cache_ops)
     row = 0
-    for item, seq in picked:
+    for index, (item, seq) in enumerate(picked):
+        batch.deterministic |= seq.request.params.deterministic
         start = item.context_len
         batch.num_prompt_tokens += max(0, min(item.positions.stop, seq.num_prompt_tokens) - start)
+        if seq.request.prompt_logprobs is not None:
+            _want_prompt_logprobs(batch, index, item, seq)
         if not item.needs_logits:
             continue
         request = seq.request
@@ -157,9 +190,37 @@ def assemble(picked: list[tuple[ScheduledSeq, Sequence]], cache_ops: CacheOps) -
             batch.forks.append(seq.seq_id)
             choices = request.seqs
         for choice in choices:
-            batch.samples.append(SampleInput(row, choice.seq_id, request.params, choice.generator))
+            batch.samples.append(_sample_input(row, choice))
         row += 1
     return batch
+
+
+def _sample_input(row: int, seq: Sequence) -> SampleInput:
+    request = seq.request
+    params = request.params
+    sample = SampleInput(row, seq.seq_id, params, seq.seed, seq.num_output_tokens)
+    if params.uses_penalties or request.bad_words_ids:
+        # A copy: the scheduler appends to token_ids once the step is done.
+        sample.token_ids = list(seq.token_ids)
+        sample.num_prompt_tokens = seq.num_prompt_tokens
+        sample.bad_words_ids = request.bad_words_ids
+    if seq.num_output_tokens < params.min_tokens:
+        sample.min_tokens_ids = request.min_tokens_ids
+    return sample
+
+
+def _want_prompt_logprobs(batch: ScheduledBatch, index: int, item: ScheduledSeq, seq: Sequence):
+    """Ask for the logits of the chunk's positions that predict prompt
+    tokens not yet scored (a recompute after preemption scores none twice)."""
+    scored = len(seq.request.prompt_logprobs)  # tokens [0, scored) have entries
+    first = max(item.positions.start, scored - 1)
+    stop = min(item.positions.stop, seq.num_prompt_tokens - 1)
+    if seq.index == 0 and first < stop:
+        targets = seq.token_ids[first + 1 : stop + 1]
+        k = seq.request.params.prompt_logprobs or 0
+        batch.prompt_logprobs.append(
+            PromptLogprobsInput(index, seq.seq_id, range(first, stop), targets, k)
+        )
 
 
 def _layout_key(picked: tuple[ScheduledSeq, Sequence]) -> tuple[bool, int]:

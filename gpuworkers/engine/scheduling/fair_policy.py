@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from gpuworkers.engine.scheduling.capacity import Capacity
+from gpuworkers.engine.scheduling.capacity import Capacity, seats
 from gpuworkers.engine.scheduling.fair_share import FairShare
 from gpuworkers.engine.scheduling.policy import Queues, SchedulingPolicy, priority_key
 from gpuworkers.engine.sequence import Sequence, SequenceStatus
@@ -56,7 +56,11 @@ class FairPolicy(SchedulingPolicy):
         usage = share.usage(queues.running, self.footprint)
         pending = self._by_tier(queues.swapped + queues.waiting)
         self.claimants = {t for t in pending if share.is_under_share(t, usage)}
-        ordered = sorted(self.claimants, key=share.credit_of, reverse=True)
+        # From ``pending`` (queue order of the heads), not from the set: a
+        # stable sort then breaks credit ties the same way in every process.
+        ordered = sorted(
+            (t for t in pending if t in self.claimants), key=share.credit_of, reverse=True
+        )
         return [pending[tier][0] for tier in ordered]
 
     def reclaim_victim(self, claim: Sequence) -> Sequence | None:
@@ -157,7 +161,7 @@ class FairPolicy(SchedulingPolicy):
         claim_level = 0.0
         if claim is not None:
             claim_level = share.level(
-                claimant, slots[claimant] + 1, blocks[claimant] + footprint(claim)
+                claimant, slots[claimant] + seats(claim), blocks[claimant] + footprint(claim)
             )
         best, best_key = None, None
         for seq in candidates:
@@ -166,7 +170,7 @@ class FairPolicy(SchedulingPolicy):
             if tier == claimant or level <= 1.0:
                 continue
             if claim is not None:
-                after = share.level(tier, slots[tier] - 1, blocks[tier] - footprint(seq))
+                after = share.level(tier, slots[tier] - seats(seq), blocks[tier] - footprint(seq))
                 if after <= claim_level:
                     continue
             key = (level, -seq.request.priority, seq.request.arrival_time, seq.seq_id)

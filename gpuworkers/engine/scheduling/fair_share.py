@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from gpuworkers.engine.config import DEFAULT_TIER_WEIGHTS
+from gpuworkers.engine.scheduling.capacity import seats
 from gpuworkers.engine.sequence import Sequence
 
 Footprint = Callable[[Sequence], int]
@@ -51,12 +52,15 @@ class FairShare:
 
     def refill(self, active: set[str], budget: int) -> None:
         """Start a step: shares over the tiers with work, credit topped up."""
-        total = sum(self.weights[t] for t in active) or 1.0
-        self.shares = {t: self.weights[t] / total for t in active}
+        # Sorted: a set's order follows PYTHONHASHSEED, and the float sum
+        # (hence every share comparison) must not.
+        tiers = sorted(active)
+        total = sum(self.weights[t] for t in tiers) or 1.0
+        self.shares = {t: self.weights[t] / total for t in tiers}
         self.limit = float(budget)
         # An idle tier keeps neither credit nor debt.
         self.credit = {t: c for t, c in self.credit.items() if t in active}
-        for tier in active:
+        for tier in tiers:
             earned = self.credit.get(tier, 0.0) + self.shares[tier] * budget
             self.credit[tier] = min(earned, self.limit)
 
@@ -76,12 +80,13 @@ class FairShare:
     # Capacity -----------------------------------------------------------
 
     def tally(self, running: Iterable[Sequence], footprint: Footprint):
-        """(slots, blocks) per tier of ``running``, as two Counters."""
+        """(slots, blocks) per tier of ``running``, as two Counters; an
+        n-choice prompt not yet forked holds n slots."""
         slots: Counter[str] = Counter()
         blocks: Counter[str] = Counter()
         for seq in running:
             tier = self.tier_of(seq)
-            slots[tier] += 1
+            slots[tier] += seats(seq)
             blocks[tier] += footprint(seq)
         return slots, blocks
 

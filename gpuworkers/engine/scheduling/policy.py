@@ -8,8 +8,10 @@ and builds the batch. Each step the scheduler calls, in this order:
    back. For each claim that does not fit, the scheduler preempts
    ``reclaim_victim(claim)`` until it fits or there is none.
 2. ``serving_key``: the order in which running sequences are served.
-3. For every running sequence in that order: ``chunk_cap`` for a prefill
-   chunk; ``pick_victim`` while it cannot grow (the victim is preempted).
+3. ``plan_running``: every decode its token, then ``chunk_cap`` for each
+   prefill chunk, each in serving order (decodes first under every
+   policy). Then blocks for the plan in serving order: ``pick_victim``
+   while one cannot grow (the victim is preempted).
 4. Unless something was preempted in 3: ``next_to_admit`` (a swapped or
    waiting sequence), ``chunk_cap``, then ``admitted`` with the tokens it
    got (0: it did not fit), until the budget runs out or it returns None.
@@ -75,9 +77,29 @@ class SchedulingPolicy:
         """Sort key for the running sequences this step (after any reclaim).
 
         Served first, preempted last: under memory pressure the victims
-        come from the end of this order.
+        come from the end of this order. The scheduler still gives every
+        decode its token before any prefill chunk takes budget.
         """
         return self.queue_key
+
+    def plan_running(self, running: list[Sequence], budget: int) -> dict[int, int]:
+        """Tokens per sequence id for ``running`` (in serving order) this
+        step: every decode its token first, then a prefill chunk (prompt or
+        recompute) each, within ``budget``. Not for policies to change: the
+        serving order ranks decodes among decodes and chunks among chunks,
+        but a chunk never starves a decode, as an old or high-priority long
+        prompt would if one order ranked both."""
+        plan: dict[int, int] = {}
+        for seq in running:
+            if budget and not seq.is_prefilling:
+                plan[seq.seq_id] = 1
+                budget -= 1
+        for seq in running:
+            if budget and seq.is_prefilling:
+                num_new = min(seq.num_uncomputed_tokens, budget, self.chunk_cap(seq, budget))
+                plan[seq.seq_id] = num_new
+                budget -= num_new
+        return plan
 
     def pick_victim(self, unscheduled: list[Sequence]) -> Sequence:
         """The sequence to preempt when a running one cannot grow.

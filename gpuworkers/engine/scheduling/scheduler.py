@@ -1,8 +1,9 @@
 """Iteration-level continuous batching with a token budget per step.
 
-Each step: running sequences first (one token per decode, a chunk per
-prefill), then swapped-out sequences back in, then new admissions, until the
-token budget or the sequence cap runs out. When a running sequence cannot
+Each step: running sequences first (every decode its token, then a chunk
+per prefill), then swapped-out sequences back in, then new admissions, until
+the token budget or the sequence cap runs out (an n-choice request counts n
+sequences from its start). When a running sequence cannot
 grow, one is preempted: swapped to the host pool if it fits there,
 recomputed later otherwise. Which one, and every other choice of order,
 is the SchedulingPolicy's (policy.py); this module does the acting and
@@ -135,17 +136,20 @@ class Scheduler:
         return self._admit_plan(seq, budget) is not None
 
     def _serve_running(self, picked, ops: CacheOps, budget: int) -> tuple[int, bool]:
-        """Decodes and prefill chunks of the running sequences, in serving
-        order; returns the budget left and whether anything was preempted."""
+        """Decodes and prefill chunks of the running sequences; returns the
+        budget left and whether anything was preempted.
+
+        Tokens are planned decodes first (``policy.plan_running``), blocks
+        given in serving order, so victims still come from that order's end."""
         queue = list(self.running)
+        plan = self.policy.plan_running(queue, budget)
         preempted = False
         i = 0
-        while i < len(queue) and budget > 0:
+        while i < len(queue):
             seq = queue[i]
-            num_new = min(seq.num_uncomputed_tokens, budget)
-            if seq.is_prefilling:
-                num_new = min(num_new, self.policy.chunk_cap(seq, budget))
-            while not self.kv.can_append(seq, num_new):
+            num_new = plan.get(seq.seq_id, 0)
+            # Not planned (budget spent): it waits, but may still be a victim.
+            while num_new and not self.kv.can_append(seq, num_new):
                 victim = self.policy.pick_victim(queue[i:])
                 queue.remove(victim)
                 self._preempt(victim, ops)
@@ -153,8 +157,9 @@ class Scheduler:
                 if victim is seq:
                     break
             else:
-                self._schedule(seq, num_new, picked, ops)
-                budget -= num_new
+                if num_new:
+                    self._schedule(seq, num_new, picked, ops)
+                    budget -= num_new
                 i += 1
         return budget, preempted
 
@@ -192,7 +197,7 @@ class Scheduler:
 
     def _admit_plan(self, seq: Sequence, budget: int) -> tuple[list[int], int] | None:
         """Prefix hits and first chunk if a waiting ``seq`` can start now."""
-        if len(self.running) >= self.config.max_num_seqs:
+        if not self.capacity.seats_free_for(seq, self.running):
             return None
         hits = self.kv.match_prefix(seq)
         num_new = min(seq.num_tokens - len(hits) * self.kv.block_size, budget)
@@ -247,7 +252,7 @@ class Scheduler:
             if seq is None or seq.is_finished:
                 continue
             seq.num_computed_tokens += len(item.token_ids)
-            self.kv.register_full_blocks(seq)
+            self.kv.register_full_blocks(seq, len(item.token_ids))
         for parent_id in batch.forks:
             self._fork_choices(self.seqs[parent_id])
         receivers = []
@@ -259,7 +264,12 @@ class Scheduler:
 
     def _fork_choices(self, parent: Sequence) -> None:
         """The n - 1 sibling choices share the parent's computed prompt
-        blocks (copy-on-write) and run from now on."""
+        blocks (copy-on-write) and run from now on.
+
+        They take seats the parent held since it started (capacity.seats):
+        like vLLM, an n-choice request starts only when all n choices can
+        run side by side, so forking never takes ``running`` past
+        ``max_num_seqs`` and no choice waits half-started behind others."""
         request = parent.request
         request.forked = True
         for child in request.seqs:

@@ -95,6 +95,28 @@ def test_kernel_matches_dense_attention(
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_rows_can_share_tables_and_keep_their_bits(library, dtype):
+    """Deterministic steps' rows: several query rows read one table
+    (``table_rows``) with their own lengths; each row's bits equal that row
+    computed alone, whatever else is in the call."""
+    lens = [40, 7, 33]
+    q, k_cache, v_cache, tables, _ = random_pool(9, 3, 64, 16, lens, dtype)
+    kernel = PagedDecodeKernel(library, 9, 3, 64, 16)
+    keys, values = TorchAttentionBackend(9, 3, 64, 16)._views(k_cache, v_cache)
+    rows = torch.tensor([0, 0, 0, 1, 2, 2])
+    row_lens = torch.tensor([1, 17, 40, 7, 32, 33])
+    queries = torch.randn(6, 9, 64, generator=torch.Generator().manual_seed(3)).to(dtype)
+    together = kernel.bind(tables, row_lens, rows)(queries, keys, values)
+    for i in range(6):
+        table = tables[rows[i] : rows[i] + 1]
+        alone = kernel(queries[i : i + 1], keys, values, table, row_lens[i : i + 1])
+        assert torch.equal(together[i], alone[0]), f"row {i}"
+    expected = dense_reference(queries, k_cache, v_cache, tables[rows], row_lens, 3, 64, 16)
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(together.float(), expected, atol=tolerance, rtol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_backend_kernel_and_gather_paths_agree(library, dtype):
     """The same decode batch through the backend with and without the kernel:
     each sequence's new key and value written at its last slot (the kernel's

@@ -188,3 +188,85 @@ def test_n2_abort_before_the_prompt_is_done_reports_the_started_choice(make_engi
     ]
     assert not engine.has_unfinished_requests()
     assert_pool_drained(engine)
+
+
+# Requests that can never run -------------------------------------------------
+
+
+@pytest.mark.parametrize("admission", ["reserve", "optimistic"])
+@pytest.mark.parametrize(
+    ("pool", "cap", "n"),
+    [(8, 0, 3), (64, 5, 3)],
+    ids=["pool", "max_blocks_per_request"],
+)
+def test_n_choices_that_can_never_fit_together_are_refused(make_engine, admission, pool, cap, n):
+    """20 prompt tokens + 40 to generate: 4 blocks for the first choice and
+    4 more for each other (its outputs plus the copy of the shared partial
+    block). Three choices need 12 blocks: over an 8-block pool, or over a
+    per-request cap of 5 blocks (here 20 + 8 tokens: 2 + 2 + 2 = 6), they
+    are refused at add_request, naming the numbers; one choice fewer is
+    served."""
+    engine = make_engine(num_kv_blocks=pool, max_blocks_per_request=cap, admission_policy=admission)
+    prompt = list(range(1000, 1020))
+    max_tokens = 40 if cap == 0 else 8
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, n=n, ignore_eos=True)
+    needed, limit = (12, 8) if cap == 0 else (6, 5)
+    with pytest.raises(ValueError, match=f"needs {needed} KV blocks.* {limit}"):
+        engine.add_request("never", prompt, params)
+    assert not engine.has_unfinished_requests() and not engine.scheduler.has_unfinished()
+    params.n = n - 1
+    (output,) = engine.generate([prompt], params)
+    assert [len(c.token_ids) for c in output.choices] == [max_tokens] * (n - 1)
+    assert_pool_drained(engine)
+
+
+def test_more_choices_than_running_seats_are_refused(make_engine):
+    """n choices run side by side: n above max_num_seqs could never start."""
+    engine = make_engine(max_num_seqs=2)
+    with pytest.raises(ValueError, match="n=3 .* 2"):
+        engine.add_request("wide", [1, 2, 3], SamplingParams(max_tokens=2, n=3))
+    assert not engine.has_unfinished_requests()
+
+
+@pytest.mark.timeout(60)
+def test_generate_raises_instead_of_spinning_when_nothing_can_run(make_engine):
+    """With nothing running and the queue head unable to start (here: the
+    pool's blocks held outside the scheduler), generate() stops with an
+    error naming the stuck requests instead of stepping forever, and leaves
+    them aborted."""
+    engine = make_engine(num_kv_blocks=8)
+    held = [engine.kv.allocator.allocate() for _ in range(7)]
+    params = SamplingParams(max_tokens=20, temperature=0.0)
+    with pytest.raises(RuntimeError, match="generate-"):
+        engine.generate([list(range(1000, 1020))], params)
+    assert not engine.has_unfinished_requests() and not engine.scheduler.has_unfinished()
+    for block_id in held:
+        engine.kv.allocator.free(block_id)
+    (output,) = engine.generate([list(range(1000, 1020))], params)
+    assert len(output.choices[0].token_ids) == 20
+    assert_pool_drained(engine)
+
+
+# Sampled n > 1: copy-on-write must not leak between choices ------------------
+
+
+def test_sampled_choices_sharing_a_prompt_match_runs_that_never_copy_on_write(
+    make_engine, chat_prompts
+):
+    """Three sampled (temperature 1, seeded) choices fork off a 39-token
+    prompt whose last block (16-token blocks) is partial: each choice's
+    first tokens go into its own copy of it. The reference is the same
+    request on 1-token blocks, where every shared block is full and nothing
+    is ever copied: same seed, same logits, so each choice must match its
+    reference token for token, while the choices differ from each other.
+    A missed or misplaced copy would let one choice write into another's
+    context."""
+    prompt = chat_prompts[3]
+    assert len(prompt) % 16 != 0, "the prompt must end in a partial block"
+    params = SamplingParams(max_tokens=16, temperature=1.0, seed=1234, n=3, ignore_eos=True)
+    (shared,) = make_engine(block_size=16).generate([prompt], params)
+    reference_engine = make_engine(block_size=1, num_kv_blocks=1024, enable_prefix_caching=False)
+    (reference,) = reference_engine.generate([prompt], params)
+    choices = [c.token_ids for c in shared.choices]
+    assert len({tuple(c) for c in choices}) == 3, "the choices must differ to prove anything"
+    assert choices == [c.token_ids for c in reference.choices]

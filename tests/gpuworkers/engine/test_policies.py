@@ -212,3 +212,45 @@ def test_fair_over_share_tiers_start_nothing_while_another_tier_claims():
         assert policy.next_to_admit() is expected
         policy.admitted(expected, 4)
     assert policy.next_to_admit() is None, "free is over its share: it waits"
+
+
+# Decodes first, whatever the order -------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["fcfs", "priority", "fair"])
+def test_every_decode_gets_its_token_before_an_older_higher_priority_prefill(name):
+    """Three young low-priority sequences decode while an older,
+    higher-priority 60-token prompt prefills under an 8-token budget: every
+    step each decode gets its token and the prompt takes what is left.
+    Arrival or priority order would hand the prompt the whole budget."""
+    scheduler, _ = make(scheduling_policy=name, max_num_batched_tokens=8)
+    decoders = [seq(priority=0, arrival=10.0 + i, prompt_len=2, max_tokens=30) for i in range(3)]
+    for s in decoders:
+        scheduler.add(s)
+    step(scheduler)  # the three prompts (6 tokens) in one step
+    assert all(s.num_output_tokens == 1 for s in decoders)
+    prompt = seq(priority=5, arrival=1.0, prompt_len=60, max_tokens=4)
+    scheduler.add(prompt)
+    chunks = []
+    while prompt.num_output_tokens == 0:
+        out = step(scheduler)
+        tokens = {item.seq_id: item.num_new_tokens for item in out.seqs}
+        assert [tokens.get(s.seq_id) for s in decoders] == [1, 1, 1], tokens
+        chunks.append(tokens.get(prompt.seq_id, 0))
+        assert out.num_batched_tokens <= 8
+    assert chunks[:-1] == [5] * (len(chunks) - 1) and sum(chunks) == 60
+
+
+# Fair: determinism ------------------------------------------------------------
+
+
+def test_fair_claim_order_breaks_credit_ties_by_queue_order_not_by_hash():
+    """Tiers of equal weight and credit claim in their heads' queue order
+    (the set of claimants used to be iterated in PYTHONHASHSEED order)."""
+    config = EngineConfig(block_size=BLOCK, num_kv_blocks=64)
+    kv = KVCacheManager(64, BLOCK, 0, True, "m")
+    names = ["delta", "alpha", "echo", "charlie", "bravo", "foxtrot"]
+    policy = FairPolicy(dict.fromkeys(names, 1.0), Capacity(config, kv, 1024), 8)
+    heads = [seq(tier=tier, arrival=float(i)) for i, tier in enumerate(names)]
+    claims = policy.begin_step(Queues(waiting=list(reversed(heads))), budget=60)
+    assert claims == heads

@@ -296,3 +296,77 @@ def test_preemption_hands_the_runner_the_swap_copies():
     assert [host for _, host in out.cache_ops.swap_out] == victim.host_block_table
     assert victim.seq_id not in {i.seq_id for i in out.seqs}
     run_all(scheduler, kv)
+
+
+# n > 1 and the sequence cap --------------------------------------------------
+
+
+@pytest.mark.parametrize("admission", ["reserve", "optimistic"])
+def test_forked_choices_never_push_running_past_max_num_seqs(admission):
+    """An n-choice request takes n seats when its prompt starts, so its
+    forks never overfill ``running``; under pressure (optimistic, a tiny
+    pool) preempted prompts take their n seats again to come back."""
+    scheduler, kv = make(
+        num_blocks=24, host_blocks=8, max_num_seqs=4, max_num_batched_tokens=6,
+        admission_policy=admission,
+    )  # fmt: skip
+    requests = [
+        add(scheduler, range(100, 103), max_tokens=6).request,
+        add(scheduler, range(200, 202), max_tokens=6).request,
+        add(scheduler, range(300, 310), max_tokens=6, n=3).request,
+        add(scheduler, range(400, 405), max_tokens=6, n=2).request,
+        add(scheduler, range(500, 503), max_tokens=6, n=4).request,
+    ]
+    most = 0
+    for _ in range(300):
+        if not scheduler.has_unfinished():
+            break
+        fake_step(scheduler, kv)
+        most = max(most, len(scheduler.running))
+        assert len(scheduler.running) <= 4, [s.seq_id for s in scheduler.running]
+        kv.allocator.check_invariants()
+    assert not scheduler.has_unfinished()
+    assert most == 4, "the cap is reached, not avoided"
+    for request in requests:
+        assert all(s.num_output_tokens == 6 for s in request.seqs)
+    assert kv.num_free == kv.num_total
+
+
+def test_an_n_choice_prompt_waits_for_n_free_seats():
+    """Two seats taken out of four: a three-choice prompt does not start
+    (strict order: nothing behind it either) until a third seat is free."""
+    scheduler, kv = make(num_blocks=64, max_num_seqs=4)
+    short = add(scheduler, range(10, 12), max_tokens=2)
+    long = add(scheduler, range(20, 22), max_tokens=8)
+    fake_step(scheduler, kv)
+    parent = add(scheduler, range(30, 35), max_tokens=2, n=3)
+    behind = add(scheduler, range(40, 42), max_tokens=2)
+    fake_step(scheduler, kv)  # short finishes this step
+    assert parent.status is SequenceStatus.WAITING and behind.status is SequenceStatus.WAITING
+    assert short.is_finished and long in scheduler.running
+    fake_step(scheduler, kv)
+    assert parent in scheduler.running and behind.status is SequenceStatus.WAITING
+    run_all(scheduler, kv)
+
+
+# Prefix-cache registration ----------------------------------------------------
+
+
+def test_full_blocks_are_registered_once_not_every_step():
+    """Each full block is published to the prefix cache once, when it
+    fills, not again on every later step of its sequence."""
+    scheduler, kv = make(num_blocks=64)
+    calls = []
+    register = kv.allocator.register
+    kv.allocator.register = lambda block_id, block_hash: (
+        calls.append(block_id),
+        register(block_id, block_hash),
+    )
+    seq = add(scheduler, range(50, 59), max_tokens=20)  # 9 + 20 tokens: 7 full blocks
+    run_all(scheduler, kv)
+    assert seq.num_tokens == 29
+    assert sorted(set(calls)) == sorted(calls), "a block registered twice"
+    assert len(calls) == 29 // BLOCK
+    again = add(scheduler, seq.token_ids, max_tokens=1)
+    fake_step(scheduler, kv)
+    assert again.num_cached_tokens == 28, "every full block was findable"

@@ -1,0 +1,74 @@
+"""Tenant-defined deny lists: words and phrases matched as whole words.
+
+Case-insensitive; the words of a phrase may be separated by any run of
+whitespace. One alternation regex per list, longest terms first, compiled
+once per distinct list (lists change rarely, requests reuse them).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from safety.checks import DENY_LIST, Finding
+
+MAX_TERM_CHARS = 100
+
+
+def normalize_terms(raw: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Terms from text (one per line) or a list: stripped, deduplicated, in order."""
+    lines = raw.splitlines() if isinstance(raw, str) else list(raw)
+    seen: dict[str, str] = {}
+    for line in lines:
+        term = " ".join(line.split())
+        if term and term.casefold() not in seen:
+            seen[term.casefold()] = term
+    return tuple(seen.values())
+
+
+@functools.lru_cache(maxsize=256)
+def compile_terms(terms: tuple[str, ...]) -> re.Pattern[str] | None:
+    if not terms:
+        return None
+    parts = [
+        r"\s+".join(re.escape(word) for word in term.split())
+        for term in sorted(terms, key=len, reverse=True)
+    ]
+    # Whole words: no word character right before or after the term.
+    return re.compile(r"(?<!\w)(?:" + "|".join(parts) + r")(?!\w)", re.IGNORECASE)
+
+
+class DenyList:
+    """A compiled list; ``find`` reports each occurrence."""
+
+    __slots__ = ("terms", "pattern", "longest")
+
+    def __init__(self, terms: tuple[str, ...]):
+        self.terms = terms
+        self.pattern = compile_terms(terms)
+        self.longest = max((len(t) for t in terms), default=0)
+
+    def __bool__(self) -> bool:
+        return self.pattern is not None
+
+    def find(self, text: str) -> list[Finding]:
+        if self.pattern is None:
+            return []
+        return [
+            Finding(DENY_LIST, m.group().lower(), 1.0, m.start(), m.end())
+            for m in self.pattern.finditer(text)
+        ]
+
+    def first(self, text: str, start: int = 0, end: int | None = None) -> Finding | None:
+        """The first occurrence in ``text[start:end]``; the words around it still count.
+
+        The match must end at a word boundary of the whole text, so ``end``
+        must be one (a search that stops inside a word would see its end).
+        """
+        if self.pattern is None:
+            return None
+        m = self.pattern.search(text, start, len(text) if end is None else end)
+        return None if m is None else Finding(DENY_LIST, m.group().lower(), 1.0, *m.span())
+
+    def run(self, texts: list[str]) -> list[list[Finding]]:
+        return [self.find(t) for t in texts]
