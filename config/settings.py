@@ -355,6 +355,8 @@ CELERY_BEAT_SCHEDULE = {
     "fleet-standby-retire": {"task": "fleet.tasks.standby_retire", "schedule": 60.0},
     # Shadow comparisons hold customer completions: kept SHADOW_RETENTION_DAYS.
     "fleet-shadow-purge": {"task": "fleet.tasks.shadow_purge", "schedule": crontab(minute=15)},
+    # Safety events: kept SAFETY_EVENT_RETENTION_DAYS; withdrawn opt-ins lose their text.
+    "safety-events-purge": {"task": "safety.tasks.events_purge", "schedule": crontab(minute=20)},
 }
 
 # Billing: one currency; soft budget alerts go out by email.
@@ -429,6 +431,7 @@ CONSOLE_MAX_OUTPUT_TOKENS = env_int("CONSOLE_MAX_OUTPUT_TOKENS", 1024)
 # Safety (safety/): how long a process reuses a tenant's resolved policy
 # before reading it again (a change in another process shows after this).
 SAFETY_POLICY_CACHE_SECONDS = float(os.environ.get("SAFETY_POLICY_CACHE_SECONDS", "5"))
+SAFETY_EVENT_RETENTION_DAYS = env_int("SAFETY_EVENT_RETENTION_DAYS", 90)
 
 # Observability (docs/architecture.md, "Observability"). A gpuworker's port
 # for /metrics, /healthz and /readyz (gpuworker --metrics-port; 0: none, as

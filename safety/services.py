@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from safety.checks.denylist import MAX_TERM_CHARS, normalize_terms
 from safety.checks.pii import pii_redact
@@ -96,3 +99,14 @@ def safety_event_record(
     event.full_clean()
     event.save()
     return event
+
+
+def safety_events_purge(*, now: datetime | None = None) -> tuple[int, int]:
+    """Retention, on the beat: delete events older than
+    SAFETY_EVENT_RETENTION_DAYS, and blank the kept text of tenants that
+    have withdrawn their opt-in. Returns (deleted, texts blanked)."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.SAFETY_EVENT_RETENTION_DAYS)
+    deleted, _ = SafetyEvent.objects.filter(created_at__lt=cutoff).delete()
+    opted_in = TenantSafetyPolicy.objects.filter(store_text=True).values("tenant_id")
+    blanked = SafetyEvent.objects.exclude(text="").exclude(tenant_id__in=opted_in).update(text="")
+    return deleted, blanked
