@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from bench.peers.launch import cpu_model
 from gpuworkers.engine.runtime import tune_allocator
 from gpuworkers.engine.sampling import choice_seed, sample
 from gpuworkers.engine.sampling_params import SamplingParams
@@ -251,9 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     tune_allocator()  # as LLMEngine.from_pretrained does on CPU
     lines = [f"$ python -m bench.sampler {' '.join(sys.argv[1:] if argv is None else argv)}"]
-    lines.append(
-        f"{platform.processor() or platform.machine()}, {_cpu_model()}; {_load()} at start"
-    )
+    lines.append(f"{platform.processor() or platform.machine()}, {cpu_model()}; {_load()} at start")
     lines += micro(args.rows, args.vocab, args.repeat)
     print("\n".join(lines), flush=True)
     if args.step:
@@ -264,16 +263,6 @@ def main(argv: list[str] | None = None) -> None:
 
 def _load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 if __name__ == "__main__":

@@ -86,7 +86,8 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name, as /proc/cpuinfo gives it."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -101,7 +102,7 @@ def machine_info(load_before: tuple[float, float, float]) -> dict:
     return {
         "nproc": os.cpu_count(),
         "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": _version("torch"),
