@@ -156,16 +156,20 @@ class ChunkStream:
             choices = []
             for c in event["choices"]:
                 reason = c.get("finish_reason")
-                if not (c.get("text") or c.get("logprobs") or reason):
+                calls = c.get("tool_calls")
+                if not (c.get("text") or c.get("logprobs") or reason or calls):
                     continue
                 logprobs = (
                     {"content": token_logprobs(c["logprobs"]), "refusal": None}
                     if c.get("logprobs")
                     else None
                 )
-                choices.append(
-                    _choice(c["index"], {"content": c.get("text") or ""}, logprobs, reason)
-                )
+                delta: dict[str, Any] = {"content": c.get("text") or ""}
+                if calls:
+                    # inference.tool_calls: call deltas, content only if any.
+                    delta = {"content": c["text"]} if c.get("text") else {}
+                    delta["tool_calls"] = calls
+                choices.append(_choice(c["index"], delta, logprobs, reason))
                 if reason:
                     self.finished.add(c["index"])
             return [self._chunk(choices)] if choices else []

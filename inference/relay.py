@@ -37,6 +37,7 @@ from inference.dispatch import cancel_request, stream_events
 from inference.errors import APIError, InvalidRequest, ServerError, ServiceUnavailable
 from inference.limits import LeaseKeeper
 from inference.openai_format import ChunkStream, CompletionBuilder, UsageLedger, UsageSummary
+from inference.tool_calls.output import with_tool_calls
 from wire.events import TERMINAL_EVENTS, EventType, error_body, terminal_event, usage_body
 from wire.tracing import tracer
 
@@ -89,6 +90,9 @@ class ResponseRoute:
     created: int
     prompt_tokens: int
     model_version: str = ""
+    # inference.tool_calls.ToolParsing as a dict: how to read tool calls
+    # out of the text; None: plain text.
+    tool_parsing: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -282,8 +286,9 @@ def failed_error(event: dict[str, Any]) -> APIError:
 async def completion_response(tap: ResponseTap) -> JsonResponse:
     """Wait for the whole response and answer one ``chat.completion``."""
     route = tap.route
-    builder = CompletionBuilder(
-        route.response_id, route.model, route.created, route.n, route.logprobs
+    builder = with_tool_calls(
+        CompletionBuilder(route.response_id, route.model, route.created, route.n, route.logprobs),
+        route,
     )
     await release_db_connection()
     try:
@@ -311,8 +316,9 @@ async def stream_response(tap: ResponseTap, *, after_seq: int = 0) -> StreamingH
     if after_seq == 0 and first["type"] in (EventType.FAILED, EventType.CANCELLED):
         raise _with_rate_headers(failed_error(first), tap)
     route = tap.route
-    chunks = ChunkStream(
-        route.response_id, route.model, route.created, route.n, route.include_usage
+    chunks = with_tool_calls(
+        ChunkStream(route.response_id, route.model, route.created, route.n, route.include_usage),
+        route,
     )
     body = _sse_body(tap, first, chunks, after_seq)
     response = StreamingHttpResponse(body, content_type="text/event-stream")

@@ -17,9 +17,16 @@ from inference.schemas import ChatCompletionRequest
 
 
 def sampling_for(
-    request: ChatCompletionRequest, max_tokens: int, vocab_size: int
+    request: ChatCompletionRequest,
+    max_tokens: int,
+    vocab_size: int,
+    *,
+    structured_output: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The engine's SamplingParams fields for ``request``, as JSON values.
+
+    ``structured_output`` (the engine's JSON Schema constraint, set for
+    tool_choice "required" or a named function) is passed through as is.
 
     Raises InvalidRequest naming the parameter when a value is out of range
     for this model or contradicts another.
@@ -38,6 +45,9 @@ def sampling_for(
     logit_bias = {int(k): float(v) for k, v in (request.logit_bias or {}).items()}
     _check_token_ids("logit_bias", logit_bias, vocab_size)
     _check_token_ids("stop_token_ids", request.stop_token_ids or [], vocab_size)
+    # Only engines with constrained decoding have the field (and only then
+    # does inference.tool_calls.setup ask for it).
+    extra = {} if structured_output is None else {"structured_output": structured_output}
     try:
         params = SamplingParams(
             max_tokens=max_tokens,
@@ -63,6 +73,7 @@ def sampling_for(
             top_logprobs=request.top_logprobs or 0,
             prompt_logprobs=request.prompt_logprobs,
             deterministic=bool(request.deterministic),
+            **extra,
         )
     except InvalidSamplingParams as exc:
         raise InvalidRequest(str(exc), param=exc.param) from exc

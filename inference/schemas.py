@@ -1,11 +1,13 @@
 """Request and response schemas of the OpenAI-compatible API.
 
-Requests are validated strictly and reject unknown fields: a parameter the platform does not implement
-(tools, ...) gets a 400 naming it instead of being ignored. Besides OpenAI's
-own sampling parameters the request takes vLLM's extra ones (top_k, min_p,
-repetition_penalty, min_tokens, ignore_eos, stop_token_ids, bad_words,
-include_stop_str_in_output, skip_special_tokens, prompt_logprobs) with
-vLLM's meaning, and ``deterministic`` (ours: bitwise-reproducible output).
+Requests are validated strictly and reject unknown fields: a parameter the
+platform does not implement gets a 400 naming it instead of being ignored.
+Tool calling (tools, tool_choice, parallel_tool_calls, tool messages) is
+``inference.tool_calls``. Besides OpenAI's own sampling parameters the
+request takes vLLM's extra ones (top_k, min_p, repetition_penalty,
+min_tokens, ignore_eos, stop_token_ids, bad_words, include_stop_str_in_output,
+skip_special_tokens, prompt_logprobs) with vLLM's meaning, and
+``deterministic`` (ours: bitwise-reproducible output).
 Responses mirror OpenAI's ``chat.completion`` and ``chat.completion.chunk``;
 the endpoints build them as dicts on the hot path and these classes document
 them in the OpenAPI schema.
@@ -17,6 +19,8 @@ from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from inference.errors import InvalidRequest
+from inference.tool_calls.checks import messages_check, tools_check
+from inference.tool_calls.schemas import MAX_TOOLS, ToolCall, ToolChoice, ToolDefinition
 from wire.limits import (
     LOGIT_BIAS_RANGE,
     MAX_BAD_WORD_CHARS,
@@ -58,12 +62,18 @@ class TextContentPart(StrictSchema):
 
 
 class ChatMessage(StrictSchema):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: Text | Annotated[list[TextContentPart], Field(min_length=1)]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    # Required except on an assistant message with tool_calls (checked by
+    # inference.tool_calls.checks.messages_check, which knows the index).
+    content: Text | Annotated[list[TextContentPart], Field(min_length=1)] | None = None
     name: Annotated[str, Field(max_length=256), ENCODABLE] | None = None
+    tool_calls: Annotated[list[ToolCall], Field(min_length=1)] | None = None
+    tool_call_id: Annotated[str, Field(min_length=1, max_length=256), ENCODABLE] | None = None
 
     @property
     def text(self) -> str:
+        if self.content is None:
+            return ""
         if isinstance(self.content, str):
             return self.content
         return "\n".join(part.text for part in self.content)
@@ -115,6 +125,9 @@ class ChatCompletionRequest(StrictSchema):
     # Ours: bitwise the same tokens and logprobs for the same request
     # whatever else is batched or cached with it (README, "Determinism").
     deterministic: bool | None = None
+    tools: Annotated[list[ToolDefinition], Field(min_length=1, max_length=MAX_TOOLS)] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
     @field_validator("logit_bias")
     @classmethod
@@ -130,6 +143,8 @@ class ChatCompletionRequest(StrictSchema):
     # names the param; a model-level ValueError would carry no field.
     @model_validator(mode="after")
     def _cross_field_rules(self) -> "ChatCompletionRequest":
+        messages_check(self.messages)
+        tools_check(self)
         if self.top_logprobs and not self.logprobs:
             raise InvalidRequest("top_logprobs requires logprobs to be true.", param="top_logprobs")
         if self.prompt_logprobs is not None and self.stream:
@@ -190,10 +205,24 @@ class ChoiceLogprobs(Schema):
     refusal: list[TokenLogprob] | None = None
 
 
+class ToolCallFunctionOut(Schema):
+    name: str
+    # A JSON text (OpenAI's shape), as the model wrote it.
+    arguments: str
+
+
+class ToolCallOut(Schema):
+    id: str
+    type: Literal["function"]
+    function: ToolCallFunctionOut
+
+
 class AssistantMessage(Schema):
     role: Literal["assistant"]
+    # null when the message is only tool calls.
     content: str | None
     refusal: str | None = None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class Choice(Schema):
@@ -233,9 +262,24 @@ class ChatCompletion(Schema):
     prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
 
 
+class ToolCallFunctionDelta(Schema):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(Schema):
+    # The call's position in message.tool_calls; id, type and name come on
+    # its first delta, argument fragments on the following ones.
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: ToolCallFunctionDelta | None = None
+
+
 class ChunkDelta(Schema):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChunkChoice(Schema):

@@ -32,7 +32,7 @@ from fleet.fallback import db_mark_down, db_marked_down, usage_outbox_push
 from fleet.models import ServedModel
 from fleet.routing import conversation_routing_key
 from fleet.selectors import catalog_model_get, served_model_dir
-from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
+from gpuworkers.engine.tokenizer import load_tokenizer
 from inference import metrics
 from inference.admission import QueueWaitExceeded
 from inference.dispatch import NoWorkerAvailable, dispatch_request
@@ -56,6 +56,8 @@ from inference.relay import ResponseRoute, ResponseTap, UsageSummary, route_cach
 from inference.sampling import sampling_for
 from inference.schemas import ChatCompletionRequest
 from inference.selectors import response_route_get
+from inference.tool_calls.setup import tool_setup
+from inference.tool_calls.template import prompt_render, template_messages
 from tenants.models import ApiKey, Tenant, Tier
 from tenants.ratelimit import Ticket
 from wire import logs
@@ -64,15 +66,14 @@ from wire.requests import GenerationRequest
 
 logger = logging.getLogger(__name__)
 
-# The template's roles: "developer" is OpenAI's newer name for "system".
-_TEMPLATE_ROLES = {"developer": "system"}
-
 
 @dataclass(slots=True)
 class PreparedPrompt:
     prompt_token_ids: list[int]
     # gpuworkers.engine.SamplingParams fields, as plain JSON values.
     sampling: dict[str, Any]
+    # inference.tool_calls.ToolParsing.to_dict(); None: no tool calls to read.
+    tool_parsing: dict[str, Any] | None = None
 
 
 def new_response_id() -> str:
@@ -95,11 +96,12 @@ def chat_prompt_prepare(
     context remains, whichever is smaller.
     """
     tokenizer = load_tokenizer(str(served_model_dir(model=model)))
-    messages = [
-        {"role": _TEMPLATE_ROLES.get(m.role, m.role), "content": m.text} for m in request.messages
-    ]
+    tools = tool_setup(request)
+    messages = template_messages(request.messages)
     try:
-        prompt_ids = apply_chat_template(tokenizer, messages)
+        prompt_ids = prompt_render(
+            tokenizer, messages, tools=tools.template_tools, model=model.name
+        )
     except (jinja2.TemplateError, ValueError) as exc:
         raise InvalidRequest(
             f"The messages cannot be rendered with this model's chat template: {exc}",
@@ -125,9 +127,11 @@ def chat_prompt_prepare(
             f"messages, {max(max_tokens, 1)} in the completion). Please reduce the length "
             "of the messages or completion."
         )
-    return PreparedPrompt(
-        prompt_token_ids=prompt_ids, sampling=sampling_for(request, max_tokens, len(tokenizer))
+    sampling = sampling_for(
+        request, max_tokens, len(tokenizer), structured_output=tools.structured_output
     )
+    parsing = tools.parsing.to_dict() if tools.parsing is not None else None
+    return PreparedPrompt(prompt_token_ids=prompt_ids, sampling=sampling, tool_parsing=parsing)
 
 
 async def chat_completion_start(
@@ -277,6 +281,7 @@ async def _dispatch(
         created=int(time.time()),
         prompt_tokens=len(prepared.prompt_token_ids),
         model_version=worker.version,
+        tool_parsing=prepared.tool_parsing,
     )
     await response_route_save(route=route)
     return ResponseTap.start(

@@ -31,13 +31,26 @@ def _load_tokenizer(model_dir: str):
     return AutoTokenizer.from_pretrained(model_dir)
 
 
-def apply_chat_template(tokenizer, messages: list[dict]) -> list[int]:
+def apply_chat_template(
+    tokenizer,
+    messages: list[dict],
+    *,
+    tools: list[dict] | None = None,
+    chat_template: str | None = None,
+) -> list[int]:
     """Render OpenAI-style ``messages`` with the model's template and tokenize.
 
+    ``tools`` (OpenAI's tool definitions) go to the template as Hugging
+    Face's ``tools``; ``chat_template`` replaces the model's own template.
     Returns the prompt token ids, ending with the assistant generation prompt.
     """
     encoded = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+        messages,
+        tools=tools,
+        chat_template=chat_template,
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
     )
     # transformers 5 may return a BatchEncoding-like mapping even when asked
     # for a plain list; accept both shapes.

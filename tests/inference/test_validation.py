@@ -28,7 +28,11 @@ def post(client, key, **fields):
         ({"top_logprobs": 2}, "top_logprobs", "invalid_value"),
         ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "array_above_max_length"),
         ({"stop": [""]}, "stop", "empty_string"),
-        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role", "invalid_value"),
+        (
+            {"messages": [{"role": "tool", "content": "x"}]},
+            "messages[0].tool_call_id",
+            "missing_required_parameter",
+        ),
         ({"messages": [{"role": "user"}]}, "messages[0].content", "missing_required_parameter"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "text": "x"}]}]},
@@ -67,7 +71,7 @@ def post(client, key, **fields):
             "stream_options.other",
             "unknown_parameter",
         ),
-        ({"tools": []}, "tools", "unknown_parameter"),
+        ({"tools": []}, "tools", "array_below_min_length"),
         ({"seed": 2**64}, "seed", "value_above_max_value"),
         ({"n": "two"}, "n", "invalid_type"),
     ],

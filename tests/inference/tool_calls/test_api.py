@@ -1,0 +1,285 @@
+"""Tool calling through /v1/chat/completions: errors, and the openai SDK
+reading tool calls whole and streamed (scripted text, then the real model)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from billing.models import UsageRecord
+from inference.relay import drain_background
+from inference.tool_calls.setup import structured_output_supported
+from tests.inference.asgi_client import sdk_client
+from tests.inference.conftest import DEMO, ScriptedWorker, auth
+from wire.bus import reset_buses
+from wire.events import EventType, created_event, delta_event, terminal_event, usage_body
+from wire.requests import GenerationRequest
+
+CHAT = "/v1/chat/completions"
+HI = [{"role": "user", "content": "What is the weather in Paris?"}]
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+# What the model writes, in the pieces the worker streams it in.
+PIECES = [
+    "Checking.\n<tool",
+    '_call>\n{"name": "get_weather", "argu',
+    'ments": {"city": "Pa',
+    'ris"}}\n</tool_call>\n<tool_call>{"name": "get_weather", ',
+    '"arguments": {"city": "Oslo"}}</tool_call>',
+]
+
+
+@dataclass
+class CannedWorker(ScriptedWorker):
+    """Streams ``pieces`` as one choice's text, then stops."""
+
+    pieces: list[str] = field(default_factory=lambda: list(PIECES))
+
+    def _answer(self, request: GenerationRequest) -> None:
+        rid, prompt = request.response_id, len(request.prompt_token_ids)
+        self.bus.publish(
+            rid,
+            created_event(
+                response_id=rid, model=self.model, worker_id=self.worker_id, prompt_tokens=prompt
+            ),
+        )
+        for step, piece in enumerate(self.pieces):
+            last = step == len(self.pieces) - 1
+            choice = {"index": 0, "text": piece, "token_ids": [100 + step], "logprobs": None}
+            choice["finish_reason"] = "stop" if last else None
+            self.bus.publish(rid, delta_event(step + 2, [choice]))
+        usage = usage_body(prompt_tokens=prompt, completion_tokens=len(self.pieces))
+        self.bus.publish(
+            rid,
+            terminal_event(
+                EventType.COMPLETED, len(self.pieces) + 2, usage=usage, finish_reasons={"0": "stop"}
+            ),
+        )
+
+
+def post(client, key, **fields):
+    body = json.dumps({"model": DEMO, "messages": HI, **fields})
+    return client.post(CHAT, body, content_type="application/json", **auth(key))
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"tool_choice": "auto"}, "tool_choice"),
+        ({"parallel_tool_calls": False}, "parallel_tool_calls"),
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice",
+        ),
+        ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+        ({"tools": [WEATHER, WEATHER]}, "tools[1].function.name"),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {"name": "f", "parameters": {"type": "objekt"}},
+                    }
+                ]
+            },
+            "tools[0].function.parameters",
+        ),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {"name": "f", "parameters": {"type": "string"}},
+                    }
+                ]
+            },
+            "tools[0].function.parameters",
+        ),
+        (
+            {"tools": [{"type": "function", "function": {"name": "bad name"}}]},
+            "tools[0].function.name",
+        ),
+        (
+            {"messages": [{"role": "assistant", "content": None}]},
+            "messages[0].content",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x", "tool_call_id": "c"}]},
+            "messages[0].tool_call_id",
+        ),
+    ],
+)
+def test_bad_tool_parameters_are_400_naming_them(client, pro_key, worker_factory, fields, param):
+    worker = worker_factory()
+    response = post(client, pro_key, **fields)
+    assert response.status_code == 400, response.content
+    error = json.loads(response.content)["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", param)
+    assert error["message"]
+    assert worker.received == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(structured_output_supported(), reason="the engine constrains decoding")
+def test_required_without_constrained_decoding_is_400_and_reaches_no_worker(
+    client, pro_key, worker_factory
+):
+    worker = worker_factory()
+    response = post(client, pro_key, tools=[WEATHER], tool_choice="required")
+    assert response.status_code == 400
+    assert json.loads(response.content)["error"]["param"] == "tool_choice"
+    assert worker.received == []
+
+
+@pytest.fixture
+def canned(memory_bus):
+    worker = CannedWorker(worker_id="canned-worker").start()
+    yield worker
+    worker.stop()
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_db_threads")
+async def test_sdk_reads_whole_and_streamed_tool_calls_alike(canned, pro_key):
+    client = sdk_client(pro_key)
+    whole = await client.chat.completions.create(model=DEMO, messages=HI, tools=[WEATHER])
+    choice = whole.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "Checking."
+    calls = choice.message.tool_calls
+    assert [(c.type, c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        ("function", "get_weather", {"city": "Paris"}),
+        ("function", "get_weather", {"city": "Oslo"}),
+    ]
+    assert len({c.id for c in calls}) == 2 and all(c.id.startswith("call_") for c in calls)
+
+    stream = await client.chat.completions.create(
+        model=DEMO, messages=HI, tools=[WEATHER], stream=True
+    )
+    content, acc, reasons = "", {}, []
+    async for chunk in stream:
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        for part in delta.tool_calls or ():
+            slot = acc.setdefault(part.index, {"id": None, "name": "", "arguments": ""})
+            slot["id"] = part.id or slot["id"]
+            if part.function is not None:
+                slot["name"] += part.function.name or ""
+                slot["arguments"] += part.function.arguments or ""
+        if chunk.choices[0].finish_reason:
+            reasons.append(chunk.choices[0].finish_reason)
+    assert content == "Checking." and reasons == ["tool_calls"]
+    assert [(v["name"], json.loads(v["arguments"])) for _, v in sorted(acc.items())] == [
+        ("get_weather", {"city": "Paris"}),
+        ("get_weather", {"city": "Oslo"}),
+    ]
+    # Usage and billing see the engine's tokens, whatever the formatting.
+    await drain_background()
+    record = await sync_to_async(UsageRecord.objects.get)(response_id=whole.id)
+    assert (record.completion_tokens, record.finish_reason) == (len(PIECES), "stop")
+
+
+# The real demo model on the embedded engine (slow: loads and warms it).
+
+
+@pytest.fixture
+def real_engine(settings, demo_model):
+    settings.REDIS_URL = None
+    settings.EMBEDDED_ENGINE = True
+    settings.ENGINE_KV_CACHE_MB = 32
+    reset_buses()
+    yield
+    reset_buses()
+
+
+def accumulate(chunks) -> tuple[str, dict[int, dict], list[str]]:
+    content, calls, reasons = "", {}, []
+    for chunk in chunks:
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            for part in choice.delta.tool_calls or ():
+                slot = calls.setdefault(part.index, {"id": part.id, "name": "", "arguments": ""})
+                if part.function is not None:
+                    slot["name"] += part.function.name or ""
+                    slot["arguments"] += part.function.arguments or ""
+            if choice.finish_reason:
+                reasons.append(choice.finish_reason)
+    return content, calls, reasons
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_db_threads")
+async def test_real_model_auto_and_none_answer_in_openais_shape(real_engine, pro_key):
+    """Whether the 135M model calls the tool is its choice; the shapes are ours:
+    streamed and whole agree (greedy, deterministic), calls name a declared
+    tool, a reply with calls finishes with tool_calls, one without is text."""
+    client = sdk_client(pro_key)
+    common = dict(model=DEMO, messages=HI, tools=[WEATHER], max_tokens=48, temperature=0)
+    common["extra_body"] = {"deterministic": True}
+    whole = await client.chat.completions.create(**common)
+    chunks = [c async for c in await client.chat.completions.create(**common, stream=True)]
+    content, calls, reasons = accumulate(chunks)
+    message = whole.choices[0].message
+    assert [(c.function.name, c.function.arguments) for c in message.tool_calls or ()] == [
+        (v["name"], v["arguments"]) for _, v in sorted(calls.items())
+    ]
+    assert (message.content or "") == content and reasons == [whole.choices[0].finish_reason]
+    if message.tool_calls:
+        assert whole.choices[0].finish_reason == "tool_calls"
+        assert {c.function.name for c in message.tool_calls} == {"get_weather"}
+    else:
+        assert whole.choices[0].finish_reason in ("stop", "length") and message.content
+    plain = await client.chat.completions.create(**common, tool_choice="none")
+    assert plain.choices[0].message.tool_calls is None
+    assert plain.choices[0].finish_reason in ("stop", "length")
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("close_db_threads")
+@pytest.mark.skipif(
+    not structured_output_supported(),
+    reason="needs the engine's structured_output (constrained decoding, branch h-structured)",
+)
+async def test_real_model_required_and_named_always_call(real_engine, pro_key):
+    """Constrained decoding makes the call certain: required yields a declared
+    tool with JSON object arguments, named yields that tool."""
+    client = sdk_client(pro_key)
+    common = dict(model=DEMO, messages=HI, tools=[WEATHER], max_tokens=64, temperature=0)
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        whole = await client.chat.completions.create(**common, tool_choice=choice)
+        message = whole.choices[0].message
+        assert whole.choices[0].finish_reason == "tool_calls" and message.content is None
+        assert [c.function.name for c in message.tool_calls] == ["get_weather"]
+        assert isinstance(json.loads(message.tool_calls[0].function.arguments), dict)
+        chunks = [
+            c
+            async for c in await client.chat.completions.create(
+                **common, tool_choice=choice, stream=True
+            )
+        ]
+        _, calls, reasons = accumulate(chunks)
+        assert reasons == ["tool_calls"]
+        assert [(v["name"], v["arguments"]) for _, v in sorted(calls.items())] == [
+            (c.function.name, c.function.arguments) for c in message.tool_calls
+        ]

@@ -1,0 +1,117 @@
+"""What each tool_choice asks of the prompt, the sampler and the parser."""
+
+import pytest
+
+from inference.errors import InvalidRequest
+from inference.schemas import ChatCompletionRequest
+from inference.tool_calls.setup import structured_output_supported, tool_setup
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"$ref": "#/$defs/city"}},
+            "$defs": {"city": {"type": "string"}},
+        },
+    },
+}
+ADD = {"type": "function", "function": {"name": "add", "description": "a + b"}}
+
+
+def request(**fields) -> ChatCompletionRequest:
+    return ChatCompletionRequest(
+        model="m", messages=[{"role": "user", "content": "hi"}], tools=[WEATHER, ADD], **fields
+    )
+
+
+def test_auto_renders_the_tools_reads_tagged_calls_and_leaves_sampling_free():
+    for choice in (None, "auto"):
+        setup = tool_setup(request(tool_choice=choice))
+        assert setup.template_tools == [WEATHER, ADD]
+        assert setup.structured_output is None
+        assert setup.parsing.to_dict() == {
+            "mode": "tagged",
+            "names": ["get_weather", "add"],
+            "parallel": True,
+            "name": None,
+        }
+
+
+def test_none_renders_no_tools_and_reads_plain_text():
+    setup = tool_setup(request(tool_choice="none"))
+    assert (setup.template_tools, setup.parsing, setup.structured_output) == (None, None, None)
+
+
+@pytest.mark.skipif(structured_output_supported(), reason="the engine constrains decoding")
+def test_required_and_named_are_refused_without_constrained_decoding():
+    for choice in ("required", {"type": "function", "function": {"name": "add"}}):
+        with pytest.raises(InvalidRequest) as caught:
+            tool_setup(request(tool_choice=choice))
+        assert caught.value.param == "tool_choice"
+
+
+@pytest.fixture
+def constrained(monkeypatch):
+    # The schema each tool_choice asks for is ours whatever the engine; the
+    # engine's support is exercised by test_api's end-to-end test.
+    monkeypatch.setattr("inference.tool_calls.setup.structured_output_supported", lambda: True)
+
+
+def test_required_asks_for_a_list_of_name_and_arguments_per_tool(constrained):
+    setup = tool_setup(request(tool_choice="required", parallel_tool_calls=False))
+    assert setup.parsing.mode == "list" and setup.parsing.parallel is False
+    assert setup.structured_output == {
+        "type": "json_schema",
+        "strict": True,
+        "schema": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": 1,
+            "items": {
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string", "enum": ["get_weather"]},
+                            "arguments": {
+                                "type": "object",
+                                "properties": {"city": {"$ref": "#/$defs/city"}},
+                            },
+                        },
+                        "required": ["name", "arguments"],
+                        "additionalProperties": False,
+                    },
+                    {
+                        "type": "object",
+                        "properties": {
+                            "name": {"type": "string", "enum": ["add"]},
+                            "arguments": {"type": "object", "properties": {}},
+                        },
+                        "required": ["name", "arguments"],
+                        "additionalProperties": False,
+                    },
+                ]
+            },
+            "$defs": {"city": {"type": "string"}},
+        },
+    }
+    parallel = tool_setup(request(tool_choice="required"))
+    assert "maxItems" not in parallel.structured_output["schema"]
+
+
+def test_a_named_function_asks_for_its_parameters(constrained):
+    setup = tool_setup(
+        request(tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    )
+    assert setup.parsing.mode == "arguments" and setup.parsing.name == "get_weather"
+    assert setup.structured_output == {
+        "type": "json_schema",
+        "schema": WEATHER["function"]["parameters"],
+        "strict": True,
+    }
+    no_parameters = tool_setup(
+        request(tool_choice={"type": "function", "function": {"name": "add"}})
+    )
+    assert no_parameters.structured_output["schema"] == {"type": "object", "properties": {}}

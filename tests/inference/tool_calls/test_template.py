@@ -1,0 +1,83 @@
+"""Tools, tool calls and tool results through the demo model's chat template."""
+
+import pytest
+
+from fleet.selectors import served_model_dir
+from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
+from inference.schemas import ChatCompletionRequest
+from inference.services import chat_prompt_prepare
+
+pytestmark = pytest.mark.django_db
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+ROUND_TRIP = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris and Oslo?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            },
+            {
+                "id": "call_2",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+            },
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "18C"},
+    {"role": "tool", "tool_call_id": "call_2", "content": "3C"},
+]
+
+
+def rendered(demo_model, tiers, **fields) -> str:
+    request = ChatCompletionRequest(model="m", **fields)
+    prepared = chat_prompt_prepare(request=request, model=demo_model, tier=tiers["pro"])
+    return load_tokenizer(str(served_model_dir(model=demo_model))).decode(prepared.prompt_token_ids)
+
+
+def test_tool_calls_and_results_round_trip_through_the_template(demo_model, tiers):
+    text = rendered(demo_model, tiers, messages=ROUND_TRIP, tools=TOOLS)
+    assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n")
+    assert (
+        '<tools>\n{"type": "function", "function": {"name": "get_weather", '
+        '"description": "The weather in a city.", "parameters": {"type": "object", '
+        '"properties": {"city": {"type": "string"}}}}}\n</tools>'
+    ) in text
+    assert text.endswith(
+        "<|im_start|>user\nWeather in Paris and Oslo?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+        "<|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\n18C\n</tool_response>\n"
+        "<tool_response>\n3C\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_tool_choice_none_keeps_the_history_but_lists_no_tools(demo_model, tiers):
+    text = rendered(demo_model, tiers, messages=ROUND_TRIP, tools=TOOLS, tool_choice="none")
+    assert "<tools>" not in text and "<tool_response>\n18C" in text
+
+
+def test_a_request_without_tools_renders_with_the_models_own_template(demo_model, tiers):
+    messages = [{"role": "user", "content": "hi"}]
+    request = ChatCompletionRequest(model="m", messages=messages)
+    prepared = chat_prompt_prepare(request=request, model=demo_model, tier=tiers["pro"])
+    tokenizer = load_tokenizer(str(served_model_dir(model=demo_model)))
+    assert prepared.prompt_token_ids == apply_chat_template(tokenizer, messages)
+    assert prepared.tool_parsing is None and "structured_output" not in prepared.sampling
