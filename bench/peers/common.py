@@ -43,6 +43,8 @@ def runner_args(description: str) -> argparse.Namespace:
     parser.add_argument("--hf-batch-size", type=int, default=16)
     # JSON object of extra LLMEngine.from_pretrained options (engine runner).
     parser.add_argument("--engine-options", default="{}")
+    # vLLM runner: its compiled mode (torch.compile and CPU graphs) instead of eager.
+    parser.add_argument("--vllm-compiled", type=int, default=0)
     return parser.parse_args()
 
 
@@ -181,6 +183,26 @@ def run_offline(adapter: StepAdapter, workload, *, salt: str, on_step=None) -> d
     for request in workload.offline:
         driver.submit(request.request_id, request.prompt_token_ids, request.max_tokens)
     driver.run(on_step=on_step)
+    return driver.summary(started)
+
+
+def run_sequential(adapter: StepAdapter, workload, *, salt: str, on_step=None) -> dict:
+    """The offline requests one at a time: each is sent when the last ends.
+
+    A single stream: every step is a batch of one, so this measures the
+    per-step cost that bounds one user's tokens/s.
+    """
+    driver = Driver(adapter, salt=salt)
+    queue = list(workload.offline)
+
+    def send_next(*_finished) -> None:
+        if queue:
+            request = queue.pop(0)
+            driver.submit(request.request_id, request.prompt_token_ids, request.max_tokens)
+
+    started = time.perf_counter()
+    send_next()
+    driver.run(on_step=on_step, on_finish=send_next)
     return driver.summary(started)
 
 

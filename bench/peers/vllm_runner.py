@@ -5,8 +5,10 @@
 Uses vLLM's own ``LLMEngine`` (the loop inside ``LLM.generate``) so that
 each token is timed when ``step()`` hands it over, exactly as for this
 project's engine. Settings follow shared/PEERS.md: bfloat16, eager mode
-(torch.compile's warm-up costs minutes and gains nothing on this CPU), a
-2 GiB KV cache, OpenMP threads bound to the benchmark's cores.
+by default (``--vllm-compiled 1`` for its torch.compile mode, whose warm-up
+takes minutes here), a 2 GiB KV cache, OpenMP threads bound to the
+benchmark's cores, tcmalloc preloaded when Debian's libtcmalloc-minimal4 is
+installed (bench/peers/launch.py), as vLLM's CPU documentation recommends.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from bench.peers.common import (
     progress,
     run_multiturn,
     run_offline,
+    run_sequential,
     runner_args,
     write_result,
 )
@@ -114,13 +117,15 @@ def main() -> None:
 
     workload = Workload.from_json(args.workload)
     phases = args.phases.split(",")
-    progress(PEER, f"loading {args.model_dir.name} ({args.dtype}, eager)")
+    eager = not args.vllm_compiled
+    mode = "eager" if eager else "compiled"
+    progress(PEER, f"loading {args.model_dir.name} ({args.dtype}, {mode})")
     started = time.perf_counter()
     engine = LLMEngine.from_engine_args(
         EngineArgs(
             model=str(args.model_dir),
             dtype=args.dtype,
-            enforce_eager=True,
+            enforce_eager=eager,
             enable_prefix_caching=True,
             # Scheduler stats carry the KV usage figure.
             disable_log_stats=False,
@@ -144,7 +149,8 @@ def main() -> None:
         "threads": args.threads,
         "load_s": round(load_s, 2),
         "settings": {
-            "enforce_eager": True,
+            "enforce_eager": eager,
+            "tcmalloc": "tcmalloc" in os.environ.get("LD_PRELOAD", ""),
             "enable_prefix_caching": True,
             "kv_cache_gib": args.kv_cache_gib,
             "max_num_seqs": sched.max_num_seqs,
@@ -161,6 +167,11 @@ def main() -> None:
             runs.append(run)
         result["offline"] = dict(median_run(runs), runs_tok_s=[r["tok_s"] for r in runs])
         result["offline"].update(kv_figures(adapter))
+    if "sequential" in phases:
+        progress(PEER, f"single stream: {len(workload.offline)} requests one at a time")
+        run = run_sequential(adapter, workload, salt="sequential")
+        progress(PEER, f"single stream: {run['tok_s']} tok/s, ITL p50 {run['itl']['p50_ms']} ms")
+        result["sequential"] = run
     if "multiturn" in phases:
         progress(PEER, f"multi-turn: {len(workload.conversations)} conversations")
         adapter.kv_usage_peak = 0.0
