@@ -5,7 +5,6 @@ from __future__ import annotations
 from celery import shared_task
 
 from fleet import services
-from fleet.fallback import usage_outbox_drain as _usage_outbox_drain
 from fleet.models import Rollout
 
 
@@ -29,11 +28,6 @@ def rollout_step(rollout_id: int) -> str:
     if rollout.state == Rollout.State.RAMPING:
         rollout_step.apply_async((rollout_id,), countdown=rollout.dwell_seconds)
     return rollout.state
-
-
-@shared_task(name="fleet.tasks.usage_outbox_drain")
-def usage_outbox_drain() -> int:
-    return _usage_outbox_drain()
 
 
 @shared_task(name="fleet.tasks.shadow_purge")
