@@ -35,8 +35,9 @@ from billing.models import Price, UsageDeadLetter
 from billing.selectors.pricing import BILLABLE_STATUSES
 from billing.services.budgets import BudgetHold, Rates, budget_settle_sync
 from billing.services.usage import usage_record_create
+from tenants import ratelimit
 from tenants.models import ApiKey, Tenant
-from tenants.ratelimit import Ticket, get_limiter
+from tenants.ratelimit import Ticket
 from wire.bus import BusUnavailable
 from wire.usage import (
     CLAIM_IDLE_MS,
@@ -94,7 +95,8 @@ def claims_settle(
             completion_tokens=completion_tokens,
         )
     finally:
-        get_limiter().settle(
+        # Looked up through the package, as rate_limit_settle does.
+        ratelimit.get_limiter().settle(
             ticket=ticket,
             tokens=0 if refund else billed,
             quota_tokens=billed if status in BILLABLE_STATUSES else 0,
