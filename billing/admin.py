@@ -1,6 +1,6 @@
 """Admin: prices and budget policies are edited; usage, invoices and samples are read-only."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from billing.models import (
@@ -11,9 +11,11 @@ from billing.models import (
     Invoice,
     InvoiceLine,
     Price,
+    UsageDeadLetter,
     UsageRecord,
 )
 from billing.selectors.invoices import invoice_differences
+from billing.services import usage_dead_letter_retry
 
 
 @admin.register(UsageRecord)
@@ -48,6 +50,31 @@ class UsageRecordAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
+
+
+@admin.register(UsageDeadLetter)
+class UsageDeadLetterAdmin(admin.ModelAdmin):
+    """Usage entries the settler set aside: fix the cause, then retry (or delete)."""
+
+    list_display = ["created_at", "reason", "response_id", "entry_id", "error"]
+    list_filter = ["reason"]
+    search_fields = ["response_id", "entry_id", "error"]
+    readonly_fields = ["entry_id", "response_id", "reason", "error", "payload", "created_at"]
+    actions = ["retry"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    @admin.action(description="Settle the selected entries again")
+    def retry(self, request: HttpRequest, queryset) -> None:
+        letters = list(queryset)
+        settled = sum(usage_dead_letter_retry(letter=letter) for letter in letters)
+        failed = len(letters) - settled
+        level = messages.SUCCESS if not failed else messages.WARNING
+        self.message_user(request, f"{settled} settled, {failed} set aside again.", level)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

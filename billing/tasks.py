@@ -3,13 +3,17 @@
 Thin: parse arguments, call a service. Every task is safe to run twice or
 concurrently (acks_late redelivers a task whose worker died): invoices are
 unique per tenant and month, roll-ups rebuild their day, alerts go out once
-per tenant and month, GPU samples are deltas of cumulative counters.
+per tenant and month, GPU samples are deltas of cumulative counters,
+usage entries are acknowledged only after their record is written (and the
+record is unique per response).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from datetime import date, timedelta
 
 from celery import shared_task
@@ -19,7 +23,7 @@ from django.utils import timezone
 from billing.selectors.budgets import month_start
 from billing.selectors.invoices import MissingPrice
 from billing.selectors.reports import csv_text, gpu_cost_report
-from billing.services import budget_alerts, gpu, invoices, rollups
+from billing.services import budget_alerts, gpu, invoices, rollups, settlement
 from tenants.models import Tenant
 from wire.bus import get_bus
 
@@ -60,6 +64,18 @@ def invoices_issue_monthly(period: str | None = None) -> list[int]:
     for tenant_id in tenant_ids:
         invoice_issue.delay_on_commit(tenant_id, billed.isoformat())
     return tenant_ids
+
+
+def settler_name(kind: str) -> str:
+    """This process's consumer name in the settlers' group."""
+    return f"{kind}:{socket.gethostname()}:{os.getpid()}"
+
+
+@shared_task
+def usage_settle() -> dict[str, int]:
+    """Settle the usage stream's entries into records (beat, every few seconds)."""
+    report = settlement.usage_settle_pending(consumer=settler_name("celery"))
+    return {"recorded": report.recorded, "known": report.known, "dead": report.dead}
 
 
 @shared_task

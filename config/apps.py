@@ -24,6 +24,7 @@ class PlatformConfig(AppConfig):
                 redis_url=settings.REDIS_URL,
                 response_ttl=settings.RESPONSE_STREAM_TTL,
                 heartbeat_ttl=settings.WORKER_HEARTBEAT_TTL,
+                usage_stream_key=settings.USAGE_STREAM_KEY,
             )
         )
         embedded_worker_register(embedded.start)

@@ -38,6 +38,12 @@ if settings.EMBEDDED_ENGINE:
 
     start()
 
+if settings.USAGE_SETTLER_IN_PROCESS:
+    # No Celery beat settles usage in this mode: a thread of this process does.
+    from config import settler  # noqa: E402
+
+    settler.start()
+
 application = ProtocolTypeRouter(
     {
         # The console's few CSS/JS files, served without blocking the loop.

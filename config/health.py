@@ -4,7 +4,7 @@ Three checks, each reported by name so an operator sees which one failed:
 
 - ``database``: PostgreSQL answers ``SELECT 1``; while it does not, the
   process still serves if it holds a control snapshot (``fleet.fallback``:
-  keys from the auth cache, usage to the outbox), reported as ``fallback``.
+  keys from the auth cache, usage to the usage stream), reported as ``fallback``.
 - ``redis``: the bus answers (embedded mode has no Redis: ``embedded``).
 - ``workers``: every served model has at least one READY worker. Served
   models are the control snapshot's catalog, else the active rows.

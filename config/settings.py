@@ -164,7 +164,7 @@ def _postgres_with_pool(config: dict) -> dict:
             "min_size": 1,
             "max_size": env_int("DB_POOL_MAX", 16),
             # DB_POOL_TIMEOUT: with PostgreSQL down, a short wait lets the
-            # fleet's fallbacks (snapshot, auth cache, usage outbox) answer.
+            # fleet's fallbacks (snapshot, auth cache, usage stream) answer.
             "timeout": float(os.environ.get("DB_POOL_TIMEOUT", "30")),
         }
     return config
@@ -330,6 +330,12 @@ CELERY_TASK_ROUTES = {
     "billing.tasks.*": {"queue": "billing"},
     "fleet.tasks.*": {"queue": "fleet"},
 }
+# Seconds between usage-settlement runs (Celery beat, or the in-process
+# settler thread where no Celery runs: USAGE_SETTLER_IN_PROCESS, on by
+# default without Redis, i.e. in embedded mode).
+USAGE_STREAM_KEY = os.environ.get("USAGE_STREAM_KEY", "llm:usage")
+USAGE_SETTLE_INTERVAL = float(os.environ.get("USAGE_SETTLE_INTERVAL", "5"))
+USAGE_SETTLER_IN_PROCESS = env_bool("USAGE_SETTLER_IN_PROCESS", REDIS_URL is None)
 CELERY_BEAT_SCHEDULE = {
     "billing-daily-usage-rollup": {
         # Hourly: yesterday settles, today stays current.
@@ -347,11 +353,16 @@ CELERY_BEAT_SCHEDULE = {
         # Seconds; what a worker that dies between samples leaves uncounted.
         "schedule": float(env_int("GPU_SAMPLE_INTERVAL", 60)),
     },
+    # The usage stream into records (billing/services/settlement.py). A run
+    # not started within one interval is dropped: the next one does its work.
+    "billing-usage-settle": {
+        "task": "billing.tasks.usage_settle",
+        "schedule": USAGE_SETTLE_INTERVAL,
+        "options": {"expires": USAGE_SETTLE_INTERVAL},
+    },
     # Re-publish the control snapshot even without changes: a Redis that lost
-    # it gets it back; drain usage written to the outbox while PostgreSQL was
-    # down; retire versions whose rollback grace period is over.
+    # it gets it back; retire versions whose rollback grace period is over.
     "fleet-snapshot-publish": {"task": "fleet.tasks.snapshot_publish", "schedule": 30.0},
-    "fleet-usage-outbox-drain": {"task": "fleet.tasks.usage_outbox_drain", "schedule": 15.0},
     "fleet-standby-retire": {"task": "fleet.tasks.standby_retire", "schedule": 60.0},
     # Shadow comparisons hold customer completions: kept SHADOW_RETENTION_DAYS.
     "fleet-shadow-purge": {"task": "fleet.tasks.shadow_purge", "schedule": crontab(minute=15)},
@@ -417,7 +428,6 @@ FLEET_SNAPSHOT_REFRESH = float(os.environ.get("FLEET_SNAPSHOT_REFRESH", "2"))
 FLEET_ROUTING_POLICY = os.environ.get("FLEET_ROUTING_POLICY", "cache_aware")
 FLEET_SIGNAL_TOKEN = os.environ.get("FLEET_SIGNAL_TOKEN", "")
 FLEET_AUTH_CACHE_SECONDS = env_int("FLEET_AUTH_CACHE_SECONDS", 300)
-FLEET_USAGE_OUTBOX_KEY = os.environ.get("FLEET_USAGE_OUTBOX_KEY", "fleet:usage-outbox")
 # Shadow comparisons (opt-in per tenant, Tenant.shadow_opt_in) store both
 # versions' completions; the beat deletes them after this many days.
 SHADOW_RETENTION_DAYS = env_int("SHADOW_RETENTION_DAYS", 7)

@@ -11,9 +11,9 @@ Three pieces, each used only when a database call has just failed:
   refuses loses its entry at once, but only when the refused key is the
   cached one (same hash): a wrong secret for a known prefix must never
   tombstone the real key (anyone can see a prefix).
-- Usage records that cannot be written go to a Redis Stream (the outbox);
-  ``usage_outbox_drain`` writes them to UsageRecord once the database is
-  back, idempotently on ``response_id``.
+- Usage records that cannot be written go to the usage stream
+  (``inference.services.usage_settle``), which billing's settler writes to
+  UsageRecord once the database is back, idempotently on ``response_id``.
 - A breaker: after a database error, the next ``DB_RETRY_SECONDS`` skip the
   database, so each request does not wait out a connection timeout.
 """
@@ -27,11 +27,9 @@ import logging
 import time
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
 
 import redis
 from django.conf import settings
-from django.db import DatabaseError
 
 from fleet.snapshot import snapshot_current
 from tenants.models import ApiKey, Tenant, Tier, hash_api_key
@@ -200,42 +198,3 @@ def auth_cache_authenticate(*, raw_key: str) -> ApiKey | None:
         expires_at=datetime.fromtimestamp(expires_at, UTC) if expires_at is not None else None,
         allowed_models=entry.get("allowed_models") or [],
     )
-
-
-# -- usage outbox ------------------------------------------------------------------
-
-
-def usage_outbox_push(*, fields: dict[str, Any]) -> None:
-    """Keep a usage record for later; raises RedisError if Redis is down too."""
-    client = _redis()
-    if client is None:
-        raise DatabaseError("no database and no Redis to keep the usage record in")
-    client.xadd(settings.FLEET_USAGE_OUTBOX_KEY, {"record": json.dumps(fields)})
-
-
-def usage_outbox_size() -> int:
-    client = _redis()
-    return int(client.xlen(settings.FLEET_USAGE_OUTBOX_KEY)) if client is not None else 0
-
-
-def usage_outbox_drain(*, batch: int = 500) -> int:
-    """Write outboxed usage records; returns how many were written or known.
-
-    Each entry is deleted only after its row exists, so a crash in between
-    replays it, and the unique response id makes the replay a no-op.
-    """
-    from billing.services import usage_record_create
-
-    client = _redis()
-    if client is None:
-        return 0
-    key = settings.FLEET_USAGE_OUTBOX_KEY
-    done = 0
-    while True:
-        entries = client.xrange(key, count=batch)
-        if not entries:
-            return done
-        for entry_id, data in entries:
-            usage_record_create(**json.loads(data[b"record"]))
-            client.xdel(key, entry_id)
-            done += 1

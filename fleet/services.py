@@ -206,14 +206,21 @@ def rollout_start(
 
 
 @transaction.atomic
-def rollout_advance(*, rollout_id: int) -> Rollout:
+def rollout_advance(*, rollout_id: int, judged: int | None = None) -> Rollout:
     """End the current step: roll back on a breach, else go to the next step.
 
     A step without enough canary requests is extended (the step's window
     keeps growing) rather than judged on no evidence.
+
+    ``judged`` is how many judgements the rollout had when this one was
+    scheduled (each appends one result): compare-and-set, so a redelivered
+    or duplicated step task finds it moved on and changes nothing, rather
+    than judge a step again before its dwell time (None: no check).
     """
     rollout = Rollout.objects.select_for_update().get(pk=rollout_id)
     if rollout.state != Rollout.State.RAMPING:
+        return rollout
+    if judged is not None and len(rollout.results) != judged:
         return rollout
     since = rollout.step_started_at
     canary = version_metrics(model=rollout.model_name, version=rollout.canary_version, since=since)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from celery import shared_task
 
 from fleet import services
-from fleet.fallback import usage_outbox_drain as _usage_outbox_drain
 from fleet.models import Rollout
 
 
@@ -18,22 +17,25 @@ def snapshot_publish() -> int:
 def rollout_begin(**options) -> int:
     """Start a rollout (``services.rollout_start`` options) and schedule its steps."""
     rollout = services.rollout_start(**options)
-    rollout_step.apply_async((rollout.pk,), countdown=rollout.dwell_seconds)
+    rollout_step.apply_async((rollout.pk, 0), countdown=rollout.dwell_seconds)
     return rollout.pk
 
 
 @shared_task(name="fleet.tasks.rollout_step")
-def rollout_step(rollout_id: int) -> str:
-    """Judge the current step after its dwell time; schedule the next one."""
-    rollout = services.rollout_advance(rollout_id=rollout_id)
-    if rollout.state == Rollout.State.RAMPING:
-        rollout_step.apply_async((rollout_id,), countdown=rollout.dwell_seconds)
+def rollout_step(rollout_id: int, judged: int | None = None) -> str:
+    """Judge the current step after its dwell time; schedule the next one.
+
+    ``judged`` (the judgements so far when scheduled) makes a redelivery a
+    no-op: only the delivery that judged schedules the next step.
+    """
+    before = judged
+    rollout = services.rollout_advance(rollout_id=rollout_id, judged=judged)
+    moved = before is None or len(rollout.results) == before + 1
+    if rollout.state == Rollout.State.RAMPING and moved:
+        rollout_step.apply_async(
+            (rollout_id, len(rollout.results)), countdown=rollout.dwell_seconds
+        )
     return rollout.state
-
-
-@shared_task(name="fleet.tasks.usage_outbox_drain")
-def usage_outbox_drain() -> int:
-    return _usage_outbox_drain()
 
 
 @shared_task(name="fleet.tasks.shadow_purge")

@@ -8,10 +8,16 @@ terminal event, so it can never get a second one from this worker.
 It is also where a response's timings are known, so it feeds the worker's
 metrics (``gpuworkers.metrics``: TTFT, inter-token latency, e2e, queue
 time) and spans (``gpuworkers.spans``) as it builds the events.
+
+And it reports what each billed response used: at the terminal event it
+queues a ``wire.usage`` entry, appended to the usage stream when the loop
+takes the batch, before the events go out, so the usage is durable
+whether or not the web process that asked is still there to record it.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -28,10 +34,16 @@ from wire.events import (
     usage_body,
 )
 from wire.requests import GenerationRequest
+from wire.usage import UsageEntry, UsageStream, get_usage_stream, usage_entry_from_terminal
+
+logger = logging.getLogger(__name__)
 
 # Engine finish reasons a client sees on a choice; "abort" ends the response
 # as ``cancelled`` instead.
 CLIENT_FINISH_REASONS = frozenset({"stop", "length"})
+# Usage entries kept for the next flush while the stream is unreachable;
+# past this many the oldest are dropped (logged), as their events are.
+MAX_UNSENT_USAGE = 10_000
 
 
 def _ms(seconds: float | None) -> float | None:
@@ -178,9 +190,15 @@ class ResponseTracker:
         model: str,
         tokenizer: Any | None = None,
         metrics: WorkerMetrics | None = None,
+        version: str = "",
+        usage_stream: UsageStream | None = None,
     ):
         self.worker_id = worker_id
         self.model = model
+        self.version = version
+        # Looked up on first use: the bus is configured by then.
+        self._usage_stream = usage_stream
+        self._usage: list[UsageEntry] = []
         self.token_bytes = TokenBytes(tokenizer)
         self.metrics = metrics or WorkerMetrics(model)
         self.active: dict[str, _Response] = {}
@@ -215,6 +233,7 @@ class ResponseTracker:
             error=error,
         )
         self._batch.append((response_id, event))
+        self._report_usage(response.request, event)
         request_span_end(
             response.span, response, outcome=EventType.FAILED.value, at=time.time(), error=error
         )
@@ -305,6 +324,7 @@ class ResponseTracker:
             finish_reasons=dict(sorted(response.finish_reasons.items(), key=lambda kv: int(kv[0]))),
         )
         self._batch.append((response_id, event))
+        self._report_usage(response.request, event)
         now = time.time()
         reason = "abort" if aborted else response.finish_reasons.get("0", "stop")
         self.metrics.finished(
@@ -312,9 +332,46 @@ class ResponseTracker:
         )
         request_span_end(response.span, response, outcome=kind.value, at=now)
 
+    def _report_usage(self, request: GenerationRequest, terminal: dict[str, Any]) -> None:
+        if request.usage_tag is None or request.tenant_id is None:
+            return  # not billed: a shadow copy
+        entry = usage_entry_from_terminal(
+            response_id=request.response_id,
+            tenant_id=request.tenant_id,
+            model=request.model,
+            tag=request.usage_tag,
+            terminal=terminal,
+            created_at=request.created_at,
+            finished_at=time.time(),
+            worker_id=self.worker_id,
+            model_version=self.version,
+        )
+        self._usage.append(entry)
+
     def take_batch(self) -> list[tuple[str, dict[str, Any]]]:
+        """The events to publish, after appending the batch's usage entries."""
+        self._send_usage()
         batch, self._batch = self._batch, []
         return batch
+
+    def _send_usage(self) -> None:
+        if not self._usage:
+            return
+        try:
+            if self._usage_stream is None:
+                self._usage_stream = get_usage_stream()
+            self._usage_stream.append(self._usage)
+        except Exception:
+            # Kept for the next flush: the settler is the record's second
+            # writer, and the web tier may be gone.
+            excess = len(self._usage) - MAX_UNSENT_USAGE
+            if excess > 0:
+                lost = [e.response_id for e in self._usage[:excess]]
+                del self._usage[:excess]
+                logger.error("usage of %d responses dropped: %s", len(lost), lost[:20])
+            logger.warning("usage stream unreachable; %d entries kept", len(self._usage))
+            return
+        self._usage = []
 
     def _created(self, request: GenerationRequest) -> dict[str, Any]:
         return created_event(

@@ -90,6 +90,7 @@ class WorkerLoop:
             model=model_name,
             tokenizer=getattr(engine, "tokenizer", None),
             metrics=self.metrics,
+            version=version,
         )
         self.ready = threading.Event()
         # Set once the loop has left and deregistered.

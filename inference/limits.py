@@ -17,10 +17,11 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 from redis.exceptions import RedisError
 
-from billing.selectors import BILLABLE_STATUSES, usage_month_tokens
+from billing.selectors import usage_month_tokens
 from billing.services import (
     BudgetExhausted,
     BudgetHold,
@@ -28,7 +29,7 @@ from billing.services import (
     budget_release,
     budget_renew,
     budget_reserve,
-    budget_settle,
+    claims_settle,
 )
 from fleet.fallback import db_mark_down, db_marked_down
 from inference import metrics
@@ -136,29 +137,17 @@ async def limits_release(admission: Admission) -> None:
 
 
 async def limits_settle(admission: Admission, usage: UsageSummary) -> None:
-    """Settle both claims to what the response used, after its usage record.
-
-    The budget hold becomes spend at what the record bills (failed: nothing).
-    A response that ended before its first token is refunded from the
-    per-minute windows; the monthly quota is charged what the record bills
-    (failed responses, which are not billed: nothing).
-    """
-    billed = usage.prompt_tokens + usage.completion_tokens
-    refund = usage.status != "completed" and usage.completion_tokens == 0
-    try:
-        await budget_settle(
-            hold=admission.hold,
-            status=usage.status,
-            prompt_tokens=usage.prompt_tokens,
-            cached_tokens=usage.cached_tokens,
-            completion_tokens=usage.completion_tokens,
-        )
-    finally:
-        await rate_limit_settle(
-            ticket=admission.ticket,
-            tokens=0 if refund else billed,
-            quota_tokens=billed if usage.status in BILLABLE_STATUSES else 0,
-        )
+    """Settle both claims to what the response used, after its usage record
+    (``billing.services.claims_settle``; the usage settler calls it too, and
+    whichever runs second finds nothing left to settle)."""
+    await sync_to_async(claims_settle, thread_sensitive=False)(
+        hold=admission.hold,
+        ticket=admission.ticket,
+        status=usage.status,
+        prompt_tokens=usage.prompt_tokens,
+        cached_tokens=usage.cached_tokens,
+        completion_tokens=usage.completion_tokens,
+    )
 
 
 async def limits_renew(admission: Admission) -> None:

@@ -16,6 +16,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import jinja2
@@ -27,8 +28,8 @@ from django.db import DatabaseError
 from redis.exceptions import RedisError
 
 from billing.models import UsageRecord
-from billing.services import BudgetHold, usage_record_create
-from fleet.fallback import db_mark_down, db_marked_down, usage_outbox_push
+from billing.services import usage_record_create
+from fleet.fallback import db_mark_down, db_marked_down
 from fleet.models import ServedModel
 from fleet.routing import conversation_routing_key
 from fleet.selectors import catalog_model_get, served_model_dir
@@ -63,6 +64,7 @@ from tenants.ratelimit import Ticket
 from wire import logs
 from wire.bus import BusUnavailable, get_bus
 from wire.requests import GenerationRequest
+from wire.usage import UsageEntry, UsageTag, get_usage_stream
 
 logger = logging.getLogger(__name__)
 
@@ -260,6 +262,7 @@ async def _dispatch(
         tenant_id=tenant.pk,
         cache_salt=tenant.cache_salt,
         request_id=logs.context().get("request_id"),
+        usage_tag=usage_tag(attribution, admission),
     )
     try:
         worker = await dispatch_request(
@@ -286,7 +289,12 @@ async def _dispatch(
     await response_route_save(route=route)
     return ResponseTap.start(
         route,
-        on_terminal=functools.partial(usage_and_limits_settle, admission, attribution=attribution),
+        on_terminal=functools.partial(
+            usage_and_limits_settle,
+            admission,
+            attribution=attribution,
+            created_at=generation.created_at,
+        ),
         leases=LeaseKeeper(admission),
         sent_at=generation.created_at,
         guard=safety.reply_guard(route, sent_at=generation.created_at),
@@ -332,17 +340,36 @@ async def response_route_save(*, route: ResponseRoute) -> None:
         logger.warning("Could not save the route of %s", route.response_id, exc_info=True)
 
 
+def usage_tag(attribution: Attribution, admission: Admission) -> UsageTag:
+    """What the worker's usage entry must carry for billing to settle it alone."""
+    hold = admission.hold
+    return UsageTag(
+        api_key_id=attribution.api_key_id,
+        user_id=attribution.user_id,
+        source=attribution.source,
+        regenerated=attribution.regenerated,
+        tier_id=hold.tier_id,
+        price_id=hold.price_id,
+        budget_account=hold.account,
+        quota_period=admission.ticket.period,
+    )
+
+
 async def usage_settle(
     route: ResponseRoute,
     usage: UsageSummary,
     *,
     attribution: Attribution | None = None,
-    hold: BudgetHold | None = None,
+    admission: Admission | None = None,
+    created_at: float | None = None,
 ) -> None:
     """Write the response's one UsageRecord (idempotent on the response id).
 
-    With the admission's budget ``hold``, the record carries the tier it was
-    admitted on and the price the hold was priced at.
+    The fast path: the worker's usage entry (``wire.usage``) makes the
+    settler write the same row when this process cannot. With the
+    ``admission``, the record carries the tier it was admitted on and the
+    price its budget hold was priced at. ``created_at`` (unix seconds) is
+    when the request was enqueued, the record's date whoever writes it.
     """
     if attribution is None:
         attribution = Attribution(
@@ -351,6 +378,8 @@ async def usage_settle(
             source=UsageRecord.Source.API,
             regenerated=False,
         )
+    hold = admission.hold if admission is not None else None
+    created = time.time() if created_at is None else created_at
     fields = dict(
         response_id=route.response_id,
         tenant_id=route.tenant_id,
@@ -371,16 +400,41 @@ async def usage_settle(
         model_version=route.model_version,
         tier_id=hold.tier_id if hold is not None else None,
         price_id=hold.price_id if hold is not None else None,
+        created_at=datetime.fromtimestamp(created, UTC),
     )
     try:
         if db_marked_down():
             raise DatabaseError("database marked down")
         await sync_to_async(usage_record_create)(**fields)
     except DatabaseError:
-        # PostgreSQL is down: the record waits in the Redis outbox, which
-        # fleet.tasks.usage_outbox_drain writes once the database is back.
+        # PostgreSQL is down: the usage goes to the usage stream, which the
+        # settler writes once the database is back (the worker's own entry
+        # may be there too: the record is unique per response).
         db_mark_down()
-        await sync_to_async(usage_outbox_push)(fields=fields)
+        if admission is not None:
+            tag = usage_tag(attribution, admission)
+        else:
+            tag = UsageTag(attribution.api_key_id, attribution.user_id, attribution.source)
+        entry = UsageEntry(
+            response_id=route.response_id,
+            tenant_id=route.tenant_id,
+            model=route.model,
+            status=usage.status,
+            finish_reason=usage.finish_reason,
+            prompt_tokens=usage.prompt_tokens,
+            cached_tokens=usage.cached_tokens,
+            completion_tokens=usage.completion_tokens,
+            queue_time_ms=usage.queue_time_ms,
+            ttft_ms=usage.ttft_ms,
+            duration_ms=usage.duration_ms,
+            created_at=created,
+            finished_at=time.time(),
+            worker_id=route.worker_id,
+            model_version=route.model_version,
+            tag=tag,
+        )
+        stream = get_usage_stream()
+        await sync_to_async(stream.append, thread_sensitive=False)([entry])
 
 
 async def usage_and_limits_settle(
@@ -389,13 +443,16 @@ async def usage_and_limits_settle(
     usage: UsageSummary,
     *,
     attribution: Attribution | None = None,
+    created_at: float | None = None,
 ) -> None:
     """The tap's terminal hook: the usage record, then the budget and rate-limit
     settlements (``limits_settle``). Every ending converges here (completed,
     failed, cancelled, client gone); each step is idempotent per response id.
     """
     try:
-        await usage_settle(route, usage, attribution=attribution, hold=admission.hold)
+        await usage_settle(
+            route, usage, attribution=attribution, admission=admission, created_at=created_at
+        )
     finally:
         # After the record: until its hold turns into spend, the response
         # counts as held, so it never counts nowhere.

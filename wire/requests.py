@@ -6,6 +6,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from wire.usage.entry import UsageTag
+
 
 @dataclass(slots=True)
 class GenerationRequest:
@@ -28,6 +30,10 @@ class GenerationRequest:
     traceparent: str | None = None
     # The HTTP request's x-request-id, for the worker's spans and logs.
     request_id: str | None = None
+    # Who the response is billed to and which claims settle it: the worker
+    # echoes it in the response's usage entry (wire.usage). None: not billed
+    # (shadow copies), so no entry is written.
+    usage_tag: UsageTag | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -37,7 +43,10 @@ class GenerationRequest:
         # Tolerant both ways during a rolling deploy: fields an older web
         # tier does not send take their defaults, fields a newer one adds
         # are ignored.
-        return cls(**{k: v for k, v in data.items() if k in _FIELDS})
+        known = {k: v for k, v in data.items() if k in _FIELDS}
+        if isinstance(known.get("usage_tag"), dict):
+            known["usage_tag"] = UsageTag.from_dict(known["usage_tag"])
+        return cls(**known)
 
 
 _FIELDS = frozenset(f.name for f in fields(GenerationRequest))

@@ -85,7 +85,7 @@ return 1
 # KEYS: 1 account hash
 # ARGV: 1 spend from the records, 2 ttl s
 # Raises ``spent`` to the records' spend, never lowers it: settlements of
-# responses whose records wait in the outbox are counted already.
+# responses whose records wait in the usage stream are counted already.
 CATCH_UP = """
 local spent = redis.call('HGET', KEYS[1], 'spent')
 if not spent or tonumber(spent) < tonumber(ARGV[1]) then

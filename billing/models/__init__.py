@@ -5,7 +5,7 @@ from billing.models.gpu import GpuUsageSample, WorkerMeter
 from billing.models.invoices import Invoice, InvoiceLine
 from billing.models.pricing import Price
 from billing.models.rollups import DailyUsage
-from billing.models.usage import UsageRecord
+from billing.models.usage import UsageDeadLetter, UsageRecord
 
 __all__ = [
     "BudgetAlert",
@@ -15,6 +15,7 @@ __all__ = [
     "Invoice",
     "InvoiceLine",
     "Price",
+    "UsageDeadLetter",
     "UsageRecord",
     "WorkerMeter",
 ]

@@ -99,3 +99,32 @@ class UsageRecord(models.Model):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+class UsageDeadLetter(models.Model):
+    """A usage-stream entry the settler could not turn into a record.
+
+    Set aside so it never blocks the entries behind it (unparseable, an
+    unknown tenant, a constraint the record breaks); shown in the admin,
+    where an operator can retry it once the cause is fixed or delete it.
+    """
+
+    class Reason(models.TextChoices):
+        UNPARSEABLE = "unparseable", "Unparseable"
+        UNKNOWN_TENANT = "unknown_tenant", "Unknown tenant"
+        INVALID = "invalid", "Invalid record"
+
+    # The stream entry's id (unique per stream, not across stream resets).
+    entry_id = models.CharField(max_length=64)
+    # Blank when the entry could not be parsed far enough to know it.
+    response_id = models.CharField(max_length=64, blank=True, db_index=True)
+    reason = models.CharField(max_length=32, choices=Reason.choices)
+    error = models.TextField()
+    payload = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.entry_id} {self.reason}: {self.error[:60]}"

@@ -245,6 +245,24 @@ async def budget_settle(
     the hold's price, the one the usage record carries. False when nothing
     was held or the hold was settled (or expired) before.
     """
+    return await sync_to_async(budget_settle_sync, thread_sensitive=False)(
+        hold=hold,
+        status=status,
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached_tokens,
+        completion_tokens=completion_tokens,
+    )
+
+
+def budget_settle_sync(
+    *,
+    hold: BudgetHold,
+    status: str,
+    prompt_tokens: int,
+    cached_tokens: int,
+    completion_tokens: int,
+) -> bool:
+    """``budget_settle`` for synchronous callers (the usage settler)."""
     if hold.account is None:
         return False
     cost = Decimal(0)
@@ -254,7 +272,7 @@ async def budget_settle(
             cached_tokens=cached_tokens,
             completion_tokens=completion_tokens,
         )
-    return await sync_to_async(_settle_sync, thread_sensitive=False)(hold, cost)
+    return _settle_sync(hold, cost)
 
 
 async def budget_release(*, hold: BudgetHold) -> bool:

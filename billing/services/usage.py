@@ -1,6 +1,6 @@
 """Writes for usage records."""
 
-from datetime import UTC
+from datetime import UTC, datetime
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -35,6 +35,7 @@ def usage_record_create(
     regenerated: bool = False,
     tier_id: int | None = None,
     price_id: int | None = None,
+    created_at: datetime | None = None,
 ) -> tuple[UsageRecord, bool]:
     """Record a response's usage exactly once; returns ``(record, created)``.
 
@@ -57,9 +58,11 @@ def usage_record_create(
         return existing, False
     if tier_id is None:
         tier_id = Tenant.objects.values_list("tier_id", flat=True).get(pk=tenant_id)
+    if created_at is None:
+        created_at = timezone.now()
     if price_id is None:
-        today = timezone.now().astimezone(UTC).date()
-        price = price_in_force(tier_id=tier_id, model=model, day=today)
+        day = created_at.astimezone(UTC).date()
+        price = price_in_force(tier_id=tier_id, model=model, day=day)
         price_id = price.pk if price is not None else None
     record = UsageRecord(
         response_id=response_id,
@@ -81,6 +84,7 @@ def usage_record_create(
         regenerated=regenerated,
         tier_id=tier_id,
         price_id=price_id,
+        created_at=created_at,
     )
     # Uniqueness is left to the database: a Python-side check would race.
     record.full_clean(exclude=_NOT_VALIDATED, validate_unique=False, validate_constraints=False)

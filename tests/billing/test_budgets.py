@@ -36,7 +36,7 @@ from wire.events import EventType, delta_event, terminal_event, usage_body
 
 
 def settle(tenant, prompt: int, completion: int, *, model: str = MODEL, status="completed"):
-    """A response recorded now, without a hold (as the outbox drain writes one)."""
+    """A response recorded now, without a hold (as the usage settler writes one after the hold expired)."""
     return usage_record_create(
         response_id=f"chatcmpl-{uuid.uuid4().hex}",
         tenant_id=tenant.pk,
@@ -181,7 +181,7 @@ def test_alerts_go_out_once_per_month_at_the_soft_ratio_and_the_budget(priced_te
 
 @pytest.mark.django_db(transaction=True)
 def test_budget_check_raises_a_counter_that_fell_behind(priced_tenant):
-    """Records the ledger never saw (written from the outbox, a settlement lost to a
+    """Records the ledger never saw (written by the usage settler, a settlement lost to a
     Redis blip) are caught up by the periodic check, which never lowers it."""
     respond(priced_tenant, 1_000_000, 0)
     settle(priced_tenant, 2_000_000, 0)

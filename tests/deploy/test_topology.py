@@ -168,9 +168,9 @@ def test_topology_serves_a_streamed_completion_and_celery_invoices_it(
             # A few tokens at demo prices round to cents: the line is priced.
             assert line.price.completion_per_million > 0
 
-        # Beat's schedule reaches the worker: the outbox drain runs every 15 s.
+        # Beat's schedule reaches the worker: the usage settler runs every 5 s.
         deadline = time.monotonic() + 60
-        while "fleet.tasks.usage_outbox_drain" not in log.read_text():
+        while "billing.tasks.usage_settle" not in log.read_text():
             assert time.monotonic() < deadline, log.read_text()[-4000:]
             time.sleep(1)
         assert acl.denials() == [], acl.denials()

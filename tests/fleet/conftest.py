@@ -18,11 +18,9 @@ from tests.gpuworkers.conftest import engine, prompt_ids, serve  # noqa: F401 (f
 @pytest.fixture(autouse=True)
 def fleet_snapshot_key(settings):
     settings.FLEET_SNAPSHOT_KEY = f"test-fleet-{uuid.uuid4().hex[:10]}:snapshot"
-    settings.FLEET_USAGE_OUTBOX_KEY = f"test-fleet-{uuid.uuid4().hex[:10]}:outbox"
     settings.FLEET_SNAPSHOT_REFRESH = 0.0
     snapshot_reset()
     keys = [settings.FLEET_SNAPSHOT_KEY, settings.FLEET_SNAPSHOT_KEY + ":seq"]
-    keys.append(settings.FLEET_USAGE_OUTBOX_KEY)
     url = settings.REDIS_URL  # a test may point settings elsewhere
     yield settings.FLEET_SNAPSHOT_KEY
     snapshot_reset()

@@ -3,8 +3,8 @@
 A private PostgreSQL (initdb + pg_ctl on a free port, never the shared
 server) backs Daphne and a gpuworker as subprocesses. With it stopped, the
 API key is accepted from the Redis authentication cache, the catalog and
-tier come from the control snapshot, and usage goes to the Redis outbox,
-which is written to UsageRecord once PostgreSQL is back.
+tier come from the control snapshot, and usage goes to the usage stream,
+which the settler writes to UsageRecord once PostgreSQL is back.
 """
 
 from __future__ import annotations
@@ -108,12 +108,12 @@ def test_requests_are_served_from_the_snapshot_while_postgres_is_stopped(
     private_postgres, tmp_path
 ):
     suffix = uuid.uuid4().hex[:8]
-    outbox = f"test-fleet-{suffix}:outbox"
+    usage_key = f"test-usage-{suffix}"
     env = base_env(
         DATABASE_URL=private_postgres.url,
         REDIS_URL=redis_url(),
         FLEET_SNAPSHOT_KEY=f"test-fleet-{suffix}:snapshot",
-        FLEET_USAGE_OUTBOX_KEY=outbox,
+        USAGE_STREAM_KEY=usage_key,
         FLEET_SNAPSHOT_REFRESH="1",
         RATE_LIMIT_PREFIX=f"rl-{suffix}",
         DB_POOL_TIMEOUT="2",
@@ -150,22 +150,27 @@ def test_requests_are_served_from_the_snapshot_while_postgres_is_stopped(
         # One it has never seen cannot be checked: retryable, not "invalid".
         status, body = _chat(base_url, "sk-unseen12.abcdefabcdefabcdef", "hi")
         assert status == 503 and body["error"]["code"] == "database_unavailable"
-        assert client.xlen(outbox) == 3
+        # The worker's entry for each of the four responses, and the web
+        # tier's own for each of the three it could not record.
+        assert client.xlen(usage_key) == 7
 
         private_postgres.start()
-        drained = procs.run(
+        settled = procs.run(
             [*manage, "shell", "-c",
-             "from fleet.fallback import usage_outbox_drain; print(usage_outbox_drain())"],
+             "from billing.services import usage_settle_pending as s; "
+             "r = s(consumer='t'); print(r.recorded, r.known, r.dead)"],
             env,
         )  # fmt: skip
-        assert drained.strip().splitlines()[-1] == "3"
+        assert settled.strip().splitlines()[-1] == "3 4 0"
         count = procs.run(
             [*manage, "shell", "-c",
              "from billing.models import UsageRecord; print(UsageRecord.objects.count())"],
             env,
         )  # fmt: skip
         assert count.strip().splitlines()[-1] == "4"
-        assert client.xlen(outbox) == 0
+        assert client.xlen(usage_key) == 0
     finally:
         procs.stop()
-        client.delete(outbox, f"test-fleet-{suffix}:snapshot", f"test-fleet-{suffix}:snapshot:seq")
+        client.delete(
+            usage_key, f"test-fleet-{suffix}:snapshot", f"test-fleet-{suffix}:snapshot:seq"
+        )

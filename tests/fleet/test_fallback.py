@@ -1,19 +1,16 @@
-"""The database-down fallbacks: the authentication cache and the usage outbox."""
+"""The database-down fallbacks: the authentication cache (usage then goes to the
+usage stream: tests/inference/test_usage_fallback.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from billing.models import UsageRecord
 from fleet import services
 from fleet.fallback import (
     KeyUnverifiable,
     auth_cache_authenticate,
     auth_cache_forget,
     auth_cache_remember,
-    usage_outbox_drain,
-    usage_outbox_push,
-    usage_outbox_size,
 )
 from fleet.snapshot import snapshot_current
 from tenants.selectors import api_key_authenticate
@@ -50,23 +47,6 @@ def test_a_key_never_seen_is_unverifiable_not_invalid(api_key_factory):
     with pytest.raises(KeyUnverifiable):
         auth_cache_authenticate(raw_key=raw)
     assert auth_cache_authenticate(raw_key="no-dot-in-this-key") is None
-
-
-def test_outboxed_usage_is_written_once_when_the_database_is_back(tenant_factory):
-    tenant = tenant_factory()
-    fields = dict(
-        response_id=f"outbox-{tenant.pk}", tenant_id=tenant.pk, api_key_id=None, user_id=None,
-        model="m", source="api", regenerated=False, status="completed", finish_reason="stop",
-        prompt_tokens=10, cached_tokens=4, completion_tokens=3, queue_time_ms=1, ttft_ms=20,
-        duration_ms=40, worker_id="w", model_version="v1",
-    )  # fmt: skip
-    usage_outbox_push(fields=fields)
-    usage_outbox_push(fields=fields)  # a replay: the relay retried
-    assert usage_outbox_size() == 2
-    assert usage_outbox_drain() == 2
-    assert usage_outbox_size() == 0
-    record = UsageRecord.objects.get(response_id=fields["response_id"])
-    assert (record.cached_tokens, record.model_version) == (4, "v1")
 
 
 def test_a_wrong_secret_never_tombstones_the_real_key(api_key_factory):

@@ -29,6 +29,7 @@ __all__ = [
     "BusUnavailable",
     "MemoryBus",
     "WorkerBus",
+    "bus_config",
     "configure",
     "get_bus",
     "get_worker_bus",
@@ -48,6 +49,8 @@ class BusConfig:
     response_ttl: int = 600
     # Seconds after the last heartbeat at which a worker counts as dead.
     heartbeat_ttl: int = 6
+    # The usage stream's key on that Redis (wire.usage).
+    usage_stream_key: str = "llm:usage"
 
 
 class BusNotConfigured(RuntimeError):
@@ -75,6 +78,11 @@ def _config() -> BusConfig:
     if _provider is None:
         raise BusNotConfigured("wire.bus.configure() was not called in this process")
     return _provider()
+
+
+def bus_config() -> BusConfig:
+    """Where this process's bus is (the usage stream lives beside it)."""
+    return _config()
 
 
 def memory_bus(*, pin: bool = False) -> MemoryBus:
