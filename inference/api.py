@@ -87,7 +87,11 @@ async def retrieve_model(request: HttpRequest, model_id: str):
     openapi_extra=STREAM_DOC,
 )
 async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRequest):
-    """Create a chat completion; ``stream: true`` answers Server-Sent Events."""
+    """Create a chat completion; ``stream: true`` answers Server-Sent Events.
+
+    Frames are ``data:`` lines alone; with the request header
+    ``X-Stream-Resumable: 1`` each also carries ``id: <seq>`` for a resume.
+    """
     # X-Conversation-Id: the routing key's conversation (fleet.routing).
     tap = await services.chat_completion_start(
         api_key=request.auth,
@@ -95,7 +99,8 @@ async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRe
         conversation_id=request.headers.get("X-Conversation-Id"),
     )
     if payload.stream:
-        return await relay.stream_response(tap)
+        resumable = relay.wants_resumable(request.headers.get(relay.RESUMABLE_HEADER))
+        return await relay.stream_response(tap, resumable=resumable)
     return await relay.completion_response(tap)
 
 
@@ -120,7 +125,7 @@ async def resume_chat_completion(
     """
     after_seq = relay.parse_last_event_id(last_event_id) if after is None else max(0, after)
     tap = await services.chat_completion_resume(api_key=request.auth, response_id=response_id)
-    return await relay.stream_response(tap, after_seq=after_seq)
+    return await relay.stream_response(tap, after_seq=after_seq, resumable=True)
 
 
 @router.post("/moderations", response={200: ModerationResponse, **ERRORS}, tags=["moderations"])
