@@ -33,7 +33,7 @@ class Frame:
         return None if self.done else self.json().get("error")
 
 
-def resumable_headers(live) -> dict[str, str]:  # noqa: N802 (reads as a constant at call sites)
+def resumable_headers(live) -> dict[str, str]:
     """The live topology's auth headers plus the opt-in to ``id:`` lines."""
     return {**live.headers, "X-Stream-Resumable": "1"}
 
