@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from ninja import Header, NinjaAPI, Router
 
 from fleet.selectors import served_model_get, served_model_list
-from inference import moderation, relay, services
+from inference import completions, moderation, relay, responses_api, services
 from inference.auth import api_key_auth
 from inference.errors import ModelNotFound, install_error_handlers
 from inference.moderation_schemas import ModerationRequest, ModerationResponse
@@ -102,6 +102,20 @@ async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRe
         resumable = relay.wants_resumable(request.headers.get(relay.RESUMABLE_HEADER))
         return await relay.stream_response(tap, resumable=resumable)
     return await relay.completion_response(tap)
+
+
+@router.post("/completions", response={200: dict, **ERRORS}, tags=["completions"])
+async def create_completion(request: HttpRequest, payload: completions.CompletionRequest):
+    """Create a text completion (OpenAI's legacy endpoint); ``stream: true`` answers SSE."""
+    return await completions.completions_create(
+        api_key=request.auth, request=payload, headers=request.headers
+    )
+
+
+@router.post("/responses", response={200: dict, **ERRORS}, tags=["responses"])
+async def create_response(request: HttpRequest, payload: responses_api.ResponsesRequest):
+    """Create a model response (OpenAI's Responses API, without server-side storage)."""
+    return await responses_api.responses_create(api_key=request.auth, request=payload)
 
 
 @router.api_operation(
