@@ -43,11 +43,11 @@ async def test_create_with_instructions_and_items(worker, api_key_factory, demo_
     client = await pro_client(api_key_factory)
     response = await client.responses.create(
         model=DEMO,
-        instructions="Answer in one word.",
+        instructions="Answer with numbers only.",
         input=[
-            {"role": "user", "content": [{"type": "input_text", "text": "Name a colour."}]},
-            {"role": "assistant", "content": "Blue."},
-            {"role": "user", "content": f"Another ({uuid.uuid4().hex[:6]})?"},
+            {"role": "user", "content": [{"type": "input_text", "text": "Count to three."}]},
+            {"role": "assistant", "content": "1, 2, 3"},
+            {"role": "user", "content": f"Now count from 1 to 50 ({uuid.uuid4().hex[:6]})."},
         ],
         max_output_tokens=4,
         temperature=0,
