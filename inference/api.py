@@ -12,6 +12,7 @@ from ninja import Header, NinjaAPI, Router
 from fleet.selectors import served_model_get, served_model_list
 from inference import completions, moderation, relay, responses_api, services
 from inference.auth import api_key_auth
+from inference.capabilities import model_features
 from inference.errors import ModelNotFound, install_error_handlers
 from inference.moderation_schemas import ModerationRequest, ModerationResponse
 from inference.schemas import (
@@ -61,6 +62,9 @@ def _model_object(model) -> dict:
         "object": "model",
         "created": int(model.created_at.timestamp()),
         "owned_by": OWNED_BY,
+        # vLLM's name for the context length; features: inference.capabilities.
+        "max_model_len": model.context_length,
+        "features": model_features(model.name),
     }
 
 

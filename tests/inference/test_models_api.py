@@ -123,3 +123,20 @@ def test_openapi_schema_and_docs_are_served(client):
     assert any(s.get("scheme") == "bearer" for s in spec["components"]["securitySchemes"].values())
     docs = client.get("/v1/docs")
     assert docs.status_code == 200 and b"openapi.json" in docs.content
+
+
+def test_model_entries_carry_context_length_and_features(
+    client, api_key_factory, catalog, monkeypatch
+):
+    """max_model_len is the catalog's context length; features come from
+    inference.capabilities, where an optional one switches on per model."""
+    from inference import capabilities
+
+    key = api_key_factory(tier="pro")[1]
+    body = json.loads(client.get("/v1/models", **auth(key)).content)
+    entries = {m["id"]: m for m in body["data"]}
+    assert entries[DEMO]["max_model_len"] == 8192 and entries["pro-only"]["max_model_len"] == 4096
+    assert entries[DEMO]["features"] == ["chat", "completions", "responses", "logprobs"]
+    monkeypatch.setitem(capabilities.OPTIONAL_FEATURES, "tools", frozenset({"pro-only"}))
+    one = json.loads(client.get("/v1/models/pro-only", **auth(key)).content)
+    assert one["features"][-1] == "tools" and one["max_model_len"] == 4096
