@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -226,6 +227,9 @@ def print_table(results: dict[str, dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # A loopback bench: local mode, and a throwaway signing key per run.
+    os.environ.setdefault("DJANGO_ENV", "local")
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
     runners = {"ours": run_ours, "vllm": run_vllm}
     load_before = os.getloadavg()
     raw: dict[str, dict] = {}
