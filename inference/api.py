@@ -10,8 +10,9 @@ from django.http import HttpRequest
 from ninja import Header, NinjaAPI, Router
 
 from fleet.selectors import served_model_get, served_model_list
-from inference import moderation, relay, services
+from inference import completions, moderation, relay, responses_api, services
 from inference.auth import api_key_auth
+from inference.capabilities import model_features
 from inference.errors import ModelNotFound, install_error_handlers
 from inference.moderation_schemas import ModerationRequest, ModerationResponse
 from inference.schemas import (
@@ -61,6 +62,9 @@ def _model_object(model) -> dict:
         "object": "model",
         "created": int(model.created_at.timestamp()),
         "owned_by": OWNED_BY,
+        # vLLM's name for the context length; features: inference.capabilities.
+        "max_model_len": model.context_length,
+        "features": model_features(model),
     }
 
 
@@ -87,7 +91,11 @@ async def retrieve_model(request: HttpRequest, model_id: str):
     openapi_extra=STREAM_DOC,
 )
 async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRequest):
-    """Create a chat completion; ``stream: true`` answers Server-Sent Events."""
+    """Create a chat completion; ``stream: true`` answers Server-Sent Events.
+
+    Frames are ``data:`` lines alone; with the request header
+    ``X-Stream-Resumable: 1`` each also carries ``id: <seq>`` for a resume.
+    """
     # X-Conversation-Id: the routing key's conversation (fleet.routing).
     tap = await services.chat_completion_start(
         api_key=request.auth,
@@ -95,8 +103,23 @@ async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRe
         conversation_id=request.headers.get("X-Conversation-Id"),
     )
     if payload.stream:
-        return await relay.stream_response(tap)
+        resumable = relay.wants_resumable(request.headers.get(relay.RESUMABLE_HEADER))
+        return await relay.stream_response(tap, resumable=resumable)
     return await relay.completion_response(tap)
+
+
+@router.post("/completions", response={200: dict, **ERRORS}, tags=["completions"])
+async def create_completion(request: HttpRequest, payload: completions.CompletionRequest):
+    """Create a text completion (OpenAI's legacy endpoint); ``stream: true`` answers SSE."""
+    return await completions.completions_create(
+        api_key=request.auth, request=payload, headers=request.headers
+    )
+
+
+@router.post("/responses", response={200: dict, **ERRORS}, tags=["responses"])
+async def create_response(request: HttpRequest, payload: responses_api.ResponsesRequest):
+    """Create a model response (OpenAI's Responses API, without server-side storage)."""
+    return await responses_api.responses_create(api_key=request.auth, request=payload)
 
 
 @router.api_operation(
@@ -120,7 +143,7 @@ async def resume_chat_completion(
     """
     after_seq = relay.parse_last_event_id(last_event_id) if after is None else max(0, after)
     tap = await services.chat_completion_resume(api_key=request.auth, response_id=response_id)
-    return await relay.stream_response(tap, after_seq=after_seq)
+    return await relay.stream_response(tap, after_seq=after_seq, resumable=True)
 
 
 @router.post("/moderations", response={200: ModerationResponse, **ERRORS}, tags=["moderations"])

@@ -304,6 +304,8 @@ class ModelObject(Schema):
     object: Literal["model"]
     created: int
     owned_by: str
+    max_model_len: int
+    features: list[str]
 
 
 class ModelList(Schema):

@@ -15,6 +15,7 @@ import functools
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -78,8 +79,14 @@ class PreparedPrompt:
     tool_parsing: dict[str, Any] | None = None
 
 
-def new_response_id() -> str:
-    return f"chatcmpl-{uuid.uuid4().hex}"
+def new_response_id(prefix: str = "chatcmpl") -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+# What an endpoint hands completion_start to turn its (screened) request
+# into prompt tokens and sampling settings: chat_prompt_prepare for chat and
+# the Responses API, a raw-text one for /v1/completions.
+PromptPreparer = Callable[..., "PreparedPrompt"]
 
 
 def chat_prompt_prepare(
@@ -109,7 +116,33 @@ def chat_prompt_prepare(
             f"The messages cannot be rendered with this model's chat template: {exc}",
             param="messages",
         ) from exc
+    max_tokens = output_bound(
+        prompt_tokens=len(prompt_ids),
+        request=request,
+        model=model,
+        tier=tier,
+        default_max_tokens=default_max_tokens,
+    )
+    sampling = sampling_for(
+        request, max_tokens, len(tokenizer), structured_output=tools.structured_output
+    )
+    parsing = tools.parsing.to_dict() if tools.parsing is not None else None
+    return PreparedPrompt(prompt_token_ids=prompt_ids, sampling=sampling, tool_parsing=parsing)
 
+
+def output_bound(
+    *,
+    prompt_tokens: int,
+    request: ChatCompletionRequest,
+    model: ServedModel,
+    tier: Tier,
+    default_max_tokens: int | None = None,
+) -> int:
+    """The completion's max_tokens for a prompt of ``prompt_tokens``, or a 400.
+
+    Shared by every endpoint: the tier's output cap, the context cap (the
+    smaller of the tier's and the model's) and the client's own cap.
+    """
     limit = min(tier.max_context_tokens, model.context_length)
     param, requested = request.requested_max_tokens
     if requested is not None and requested > tier.max_output_tokens:
@@ -119,7 +152,6 @@ def chat_prompt_prepare(
             param=param,
             code="integer_above_max_value",
         )
-    prompt_tokens = len(prompt_ids)
     output_cap = min(tier.max_output_tokens, default_max_tokens or tier.max_output_tokens)
     max_tokens = requested or min(output_cap, limit - prompt_tokens)
     if prompt_tokens + max(max_tokens, 1) > limit:
@@ -129,11 +161,7 @@ def chat_prompt_prepare(
             f"messages, {max(max_tokens, 1)} in the completion). Please reduce the length "
             "of the messages or completion."
         )
-    sampling = sampling_for(
-        request, max_tokens, len(tokenizer), structured_output=tools.structured_output
-    )
-    parsing = tools.parsing.to_dict() if tools.parsing is not None else None
-    return PreparedPrompt(prompt_token_ids=prompt_ids, sampling=sampling, tool_parsing=parsing)
+    return max_tokens
 
 
 async def chat_completion_start(
@@ -165,8 +193,16 @@ async def completion_start(
     regenerated: bool = False,
     conversation_id: str | None = None,
     default_max_tokens: int | None = None,
+    prepare: PromptPreparer = chat_prompt_prepare,
+    id_prefix: str = "chatcmpl",
 ) -> ResponseTap:
     """Admit one chat completion for ``tenant`` and hand it to a worker.
+
+    Every endpoint comes through here with a ``ChatCompletionRequest``
+    (``messages`` are what moderation screens and routing keys on);
+    ``prepare`` turns the screened request into prompt tokens and sampling
+    (``chat_prompt_prepare``: the chat template). ``id_prefix`` names the
+    response id's kind (chatcmpl, cmpl, resp).
 
     ``default_max_tokens`` bounds a completion whose request sets no
     max_tokens below the tier's output cap (the console's replies).
@@ -197,14 +233,14 @@ async def completion_start(
         tenant=tenant, request=request, model=model.name, api_key=api_key, user=user, source=source
     )
     # Tokenizing is CPU work and needs no database: any pool thread will do.
-    prepared = await sync_to_async(chat_prompt_prepare, thread_sensitive=False)(
+    prepared = await sync_to_async(prepare, thread_sensitive=False)(
         request=request, model=model, tier=tier, default_max_tokens=default_max_tokens
     )
     # The budget's worst-case hold, then rate limits and quotas (issue 17):
     # atomic claims before any GPU work, both given back if it goes no further.
     api_key_id = api_key.pk if api_key is not None else None
     ticket = Ticket.for_response(
-        response_id=new_response_id(), api_key_id=api_key_id, tenant_id=tenant.pk
+        response_id=new_response_id(id_prefix), api_key_id=api_key_id, tenant_id=tenant.pk
     )
     sampling = prepared.sampling
     admission = await limits_admit(

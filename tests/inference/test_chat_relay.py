@@ -125,8 +125,21 @@ async def test_stream_frames_role_first_finish_once_usage_chunk_and_done(worker_
     assert usage_chunk["choices"] == []
     record = await record_for(usage_chunk["id"])
     assert usage_chunk["usage"] == usage_of(record) and record.completion_tokens == 6
+    # Default framing: every frame is one data: line alone (what vLLM's
+    # benchmark reader and other minimal clients expect).
+    assert all(event_id is None for event_id, _ in events)
+
+
+async def test_resumable_header_adds_rising_event_ids(worker_factory, pro_key):
+    """X-Stream-Resumable: 1 puts id: <seq> on the last frame of each event."""
+    worker_factory(tokens=3)
+    payload = {"model": DEMO, "messages": MESSAGES, "stream": True}
+    stream = asgi_post("/v1/chat/completions", pro_key, payload, **{"x-stream-resumable": "1"})
+    events = sse_events(await stream.read_all())
     ids = [int(event_id) for event_id, _ in events if event_id is not None]
-    assert ids == sorted(ids) and ids[0] == 1
+    # created, three deltas, the terminal (its finish chunk and [DONE] share one id).
+    assert ids == [1, 2, 3, 4, 5]
+    assert events[-1] == ("5", "[DONE]")
 
 
 async def test_error_after_first_byte_is_an_error_frame_then_done(worker_factory, pro_key):
@@ -182,7 +195,7 @@ async def test_resume_with_last_event_id_replays_exactly_the_rest(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    stream = asgi_post("/v1/chat/completions", pro_key, payload)
+    stream = asgi_post("/v1/chat/completions", pro_key, payload, **{"x-stream-resumable": "1"})
     original = await stream.read_all()
     response_id = json.loads(sse_events(original)[0][1])["id"]
     await relay.drain_background()
@@ -242,7 +255,9 @@ async def test_resume_by_post_with_after_query_parameter(worker_factory, pro_key
     """POST .../events?after=0 replays the whole stream, for POST-only SSE clients."""
     worker_factory(tokens=2)
     payload = {"model": DEMO, "messages": MESSAGES, "stream": True}
-    original = await asgi_post("/v1/chat/completions", pro_key, payload).read_all()
+    original = await asgi_post(
+        "/v1/chat/completions", pro_key, payload, **{"x-stream-resumable": "1"}
+    ).read_all()
     response_id = json.loads(sse_events(original)[0][1])["id"]
     await relay.drain_background()
     resumed = asgi_post(f"/v1/chat/completions/{response_id}/events?after=0", pro_key, {})

@@ -123,3 +123,19 @@ def test_openapi_schema_and_docs_are_served(client):
     assert any(s.get("scheme") == "bearer" for s in spec["components"]["securitySchemes"].values())
     docs = client.get("/v1/docs")
     assert docs.status_code == 200 and b"openapi.json" in docs.content
+
+
+def test_model_entries_carry_context_length_and_features(client, api_key_factory, catalog):
+    """max_model_len is the catalog's context length; features come from
+    inference.capabilities: tools where the model's template can render them."""
+    pro = ServedModel.objects.get(name="pro-only")
+    ServedModel.objects.filter(pk=pro.pk).update(path="/nonexistent/model")
+    key = api_key_factory(tier="pro")[1]
+    body = json.loads(client.get("/v1/models", **auth(key)).content)
+    entries = {m["id"]: m for m in body["data"]}
+    assert entries[DEMO]["max_model_len"] == 8192 and entries["pro-only"]["max_model_len"] == 4096
+    # The demo model's ChatML template takes our tools template.
+    assert entries[DEMO]["features"] == ["chat", "completions", "responses", "logprobs", "tools"]
+    # A model whose files are not on this host promises no tools.
+    one = json.loads(client.get("/v1/models/pro-only", **auth(key)).content)
+    assert "tools" not in one["features"] and one["max_model_len"] == 4096

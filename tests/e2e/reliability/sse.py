@@ -33,6 +33,11 @@ class Frame:
         return None if self.done else self.json().get("error")
 
 
+def resumable_headers(live) -> dict[str, str]:
+    """The live topology's auth headers plus the opt-in to ``id:`` lines."""
+    return {**live.headers, "X-Stream-Resumable": "1"}
+
+
 def frames(response: httpx.Response) -> Iterator[Frame]:
     """The frames of a streaming response as they arrive (comments skipped)."""
     event_id, data = None, None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.e2e.reliability.sse import Frame, chat_body, frames, response_id_of
+from tests.e2e.reliability.sse import Frame, chat_body, frames, response_id_of, resumable_headers
 
 # The first test of the package also waits for the topology to start.
 pytestmark = [pytest.mark.slow, pytest.mark.django_db, pytest.mark.timeout(900)]
@@ -40,7 +40,7 @@ def test_resume_while_streaming_and_after_the_end_returns_exactly_the_rest(live)
     with httpx.Client(timeout=120) as client:
         url = f"{live.base_url}/chat/completions"
         with client.stream(
-            "POST", url, json=chat_body(max_tokens=24), headers=live.headers
+            "POST", url, json=chat_body(max_tokens=24), headers=resumable_headers(live)
         ) as response:
             assert response.status_code == 200
             reader = frames(response)
@@ -69,7 +69,9 @@ def test_resume_after_a_dropped_connection_reads_the_rest_to_one_ending(live):
     """The dropped stream was aborted; the resume shows what was generated, then the end."""
     with httpx.Client(timeout=120) as client:
         url = f"{live.base_url}/chat/completions"
-        with client.stream("POST", url, json=chat_body(), headers=live.headers) as response:
+        with client.stream(
+            "POST", url, json=chat_body(), headers=resumable_headers(live)
+        ) as response:
             reader = frames(response)
             seen = [next(reader)]
             while seen[-1].id is None or seen[-1].id < 3:

@@ -19,7 +19,13 @@ import pytest
 
 from billing.models import UsageRecord
 from tests.e2e.reliability.console_socket import ChatSocket
-from tests.e2e.reliability.sse import chat_body, frames, response_id_of, tokens_in
+from tests.e2e.reliability.sse import (
+    chat_body,
+    frames,
+    response_id_of,
+    resumable_headers,
+    tokens_in,
+)
 
 # The first test of the package also waits for the topology to start.
 pytestmark = [pytest.mark.slow, pytest.mark.django_db, pytest.mark.timeout(900)]
@@ -28,7 +34,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db, pytest.mark.timeout(900)]
 def test_sigkill_mid_stream_fails_the_stream_explicitly_and_a_retry_is_new(live):
     with httpx.Client(timeout=httpx.Timeout(60, read=15)) as client:
         url = f"{live.base_url}/chat/completions"
-        with client.stream("POST", url, json=chat_body(), headers=live.headers) as response:
+        with client.stream(
+            "POST", url, json=chat_body(), headers=resumable_headers(live)
+        ) as response:
             assert response.status_code == 200
             reader = frames(response)
             seen = [next(reader)]
