@@ -65,7 +65,8 @@ def serve(bus: RedisWorkerBus, worker_id: str, model: str, step: float) -> None:
     next_step, beat = time.monotonic(), 0.0
     while not stop:
         now = time.monotonic()
-        if now - beat >= 1.0:
+        # More often than the liveness TTL (wire.bus.base.LIVENESS_TTL).
+        if now - beat >= 0.3:
             info.running = len(running)
             bus.heartbeat(info)
             beat = now

@@ -409,8 +409,13 @@ ENGINE_MAX_BATCHED_TOKENS = env_int("ENGINE_MAX_BATCHED_TOKENS", 512)
 # How the engine shares a worker between tiers: fair (weighted fair share by
 # Tier.scheduling_weight, with preemption), priority, or fcfs (issue 5).
 ENGINE_SCHEDULING_POLICY = os.environ.get("ENGINE_SCHEDULING_POLICY", "fair")
-# Seconds without a heartbeat before a worker is treated as dead.
+# Seconds without a heartbeat before the registry drops a worker whose
+# process keeps no liveness key (an older worker); newer ones are judged
+# dead by their liveness key (wire.bus.base.LIVENESS_TTL, 1.5 s).
 WORKER_HEARTBEAT_TTL = env_int("WORKER_HEARTBEAT_TTL", 6)
+# Seconds a gpuworker on SIGTERM lets running requests finish before it
+# ends them failed (worker_shutdown) and exits.
+WORKER_DRAIN_SECONDS = env_int("WORKER_DRAIN_SECONDS", 30)
 # How long a finished response's event stream stays readable for resumes.
 RESPONSE_STREAM_TTL = env_int("RESPONSE_STREAM_TTL", 600)
 # Seconds a response stream may go without any event before the web tier

@@ -3,9 +3,18 @@
 One thread owns the engine (it is not thread-safe) and runs ``WorkerLoop``:
 poll the bus for new requests and aborts, run one ``engine.step()``, turn
 its outputs into events and publish them in one round trip. A second thread
-sends the heartbeat once a second from a stats snapshot the loop refreshes,
-so a long step never looks like a dead worker. Nothing here touches the
-database: the request path is bus, engine, bus.
+sends the heartbeat once a second from a stats snapshot the loop refreshes;
+a third refreshes the liveness key every ``LIVENESS_INTERVAL`` (the web
+tier's death signal), so a long step never looks like a dead worker.
+Nothing here touches the database: the request path is bus, engine, bus.
+
+Intake: a request polled stays pending on the bus until its ``created``
+event is published (or it ended), then it is acked; a worker that dies
+before that leaves it to a peer of the model (``wire.bus``). Draining
+(SIGTERM): the inbox is closed to new requests (peers take what is queued
+there), running ones finish within ``drain_seconds``, what is left then
+ends ``failed`` (``worker_shutdown``); requests that no live peer can take
+end ``failed`` (``worker_draining``).
 
 The same stats snapshot feeds the worker's Prometheus metrics
 (``gpuworkers.metrics``); both threads log with the worker and model bound
@@ -27,6 +36,7 @@ from gpuworkers.metrics import WorkerMetrics
 from gpuworkers.tracker import ResponseTracker
 from wire import logs
 from wire.bus import BusUnavailable, WorkerBus
+from wire.bus.base import LIVENESS_INTERVAL
 from wire.events import error_body
 from wire.requests import GenerationRequest
 from wire.tracing import tracing_enabled
@@ -38,6 +48,8 @@ logger = logging.getLogger(__name__)
 IDLE_BLOCK_MS = 500
 BUSY_BLOCK_MS = 0
 HEARTBEAT_INTERVAL = 1.0
+# Seconds a draining worker lets running requests finish (WORKER_DRAIN_SECONDS).
+DRAIN_SECONDS = 30.0
 # Consecutive failing steps after which the engine is considered broken.
 MAX_STEP_FAILURES = 5
 ENGINE_ERROR = error_body("The inference engine failed on this request", code="engine_error")
@@ -45,6 +57,13 @@ DRAINING_ERROR = error_body(
     "The worker is shutting down; retry the request", code="worker_draining"
 )
 SHUTDOWN_ERROR = error_body("The worker was shut down", code="worker_shutdown")
+
+
+def request_error(message: str) -> dict[str, Any]:
+    """The ending of a request whose own processing failed in the engine."""
+    return error_body(
+        f"The inference engine failed on this request ({message})", code="engine_error"
+    )
 
 
 class EngineBroken(RuntimeError):
@@ -62,6 +81,8 @@ class WorkerLoop:
         version: the deployment's model version, reported in the heartbeat.
         hourly_price: what this deployment's GPU costs per hour (a decimal
             string), reported with the busy/idle seconds for cost accounting.
+        drain_seconds: how long running requests may take to finish once
+            draining; then they end ``failed``.
     """
 
     def __init__(
@@ -75,6 +96,7 @@ class WorkerLoop:
         idle_block_ms: int = IDLE_BLOCK_MS,
         version: str = "",
         hourly_price: str = "0",
+        drain_seconds: float = DRAIN_SECONDS,
     ):
         self.engine = engine
         self.bus = bus
@@ -98,6 +120,11 @@ class WorkerLoop:
         self._heartbeat_stop = threading.Event()
         self._drain = threading.Event()
         self._force = threading.Event()
+        self.drain_seconds = drain_seconds
+        self._drain_deadline = float("inf")
+        self._inbox_closed = False
+        # Polled, not yet acked (an ack that failed is retried next round).
+        self._unacked: list[str] = []
         self._stats: dict[str, Any] = {}
         self._stats_at = 0.0
         self._rate_samples: deque[tuple[float, int]] = deque()
@@ -114,14 +141,16 @@ class WorkerLoop:
 
     def run(self) -> None:
         """Register, warm up, serve until drained or stopped, deregister."""
-        heartbeat = threading.Thread(
-            target=self._heartbeat_loop, name=f"heartbeat-{self.worker_id}", daemon=True
-        )
+        beats = [
+            threading.Thread(target=loop, name=f"{name}-{self.worker_id}", daemon=True)
+            for name, loop in (("heartbeat", self._heartbeat_loop), ("live", self._live_loop))
+        ]
         logs.bind(worker=self.worker_id, model=self.model_name)
         try:
             self._refresh_stats(force=True)
             self.bus.register(self.info())
-            heartbeat.start()
+            for beat in beats:
+                beat.start()
             seconds = self.engine.warmup()
             logger.info("worker %s warmed up in %.1fs", self.worker_id, seconds)
             if not self._drain.is_set():  # a signal during warm-up wins
@@ -135,16 +164,13 @@ class WorkerLoop:
                 self.run_once()
             if self._force.is_set():
                 self._fail_all(SHUTDOWN_ERROR)
-            # Requests sent while the last ones finished: refuse, do not drop.
-            for request in self._poll(0, busy=True)[0]:
-                self.metrics.refused("draining")
-                self.tracker.reject(request, DRAINING_ERROR)
-            self._flush()
+            self._hand_back()
         finally:
             self._heartbeat_stop.set()
-            # The heartbeat must be gone first, or it could re-register us.
-            if heartbeat.is_alive():
-                heartbeat.join(timeout=self.heartbeat_interval + 5)
+            # The beats must be gone first, or they could re-register us.
+            for beat in beats:
+                if beat.is_alive():
+                    beat.join(timeout=self.heartbeat_interval + 5)
             try:
                 self.bus.deregister(self.worker_id)
             except BusUnavailable:
@@ -153,7 +179,12 @@ class WorkerLoop:
             self.ready.set()  # nobody waits forever on a worker that died warming
 
     def request_drain(self) -> None:
-        """Stop taking requests, finish running ones, then leave (SIGTERM)."""
+        """Stop taking requests, finish running ones, then leave (SIGTERM).
+
+        Safe in a signal handler: the loop thread does the bus calls.
+        """
+        if not self._drain.is_set():
+            self._drain_deadline = time.monotonic() + self.drain_seconds
         self.state = WorkerState.DRAINING
         self._drain.set()
 
@@ -163,15 +194,33 @@ class WorkerLoop:
         self._force.set()
 
     def _finished(self) -> bool:
+        if self._drain.is_set() and time.monotonic() >= self._drain_deadline:
+            logger.warning("worker %s: drain deadline passed", self.worker_id)
+            self._force.set()
         if self._force.is_set():
             return True
         return self._drain.is_set() and not self.tracker.active
+
+    def _hand_back(self) -> None:
+        """Leaving: queued requests go to live peers, or end ``worker_draining``."""
+        try:
+            left = self.bus.hand_back(self.worker_id)
+        except BusUnavailable:
+            left = []
+        for request in left:
+            self.metrics.refused("draining")
+            self.tracker.reject(request, DRAINING_ERROR)
+        self._flush()
+        self._unacked += [r.response_id for r in left]
+        self._ack()
 
     # -- one iteration ----------------------------------------------------------
 
     def run_once(self) -> None:
         """Poll, admit, abort, step, publish: one engine iteration."""
         started = time.monotonic()
+        if self._drain.is_set() and not self._inbox_closed:
+            self._close_inbox()
         busy = self.engine.has_unfinished_requests()
         requests, aborts = self._poll(BUSY_BLOCK_MS if busy else self.idle_block_ms, busy)
         polled = time.monotonic()
@@ -180,6 +229,9 @@ class WorkerLoop:
         if requests:
             # ``created`` goes out now, not after a possibly long prefill step.
             self._flush()
+            # Started: from now on no other worker may run them.
+            self._unacked += [r.response_id for r in requests]
+        self._ack()
         for response_id in aborts:
             if response_id in self.tracker.active:
                 self.engine.abort(response_id)
@@ -194,9 +246,26 @@ class WorkerLoop:
         self.idle_seconds += (0.0 if busy else poll_s) + (0.0 if stepped else rest_s)
         self._refresh_stats()
 
+    def _close_inbox(self) -> None:
+        try:
+            self.bus.close_inbox(self.worker_id)
+            self._inbox_closed = True
+        except BusUnavailable:
+            pass  # logged by the poll; retried next iteration
+
+    def _ack(self) -> None:
+        if not self._unacked:
+            return
+        try:
+            self.bus.ack(self.worker_id, self._unacked)
+            self._unacked = []
+        except BusUnavailable:
+            pass  # still pending: retried next iteration
+
     def _poll(self, block_ms: int, busy: bool) -> tuple[list[GenerationRequest], list[str]]:
         try:
-            polled = self.bus.poll(self.worker_id, block_ms)
+            accept = not self._drain.is_set()
+            polled = self.bus.poll(self.worker_id, block_ms, accept=accept)
         except BusUnavailable as exc:
             if not self._bus_down_logged:
                 logger.error("worker %s: bus unavailable: %s", self.worker_id, exc)
@@ -208,10 +277,7 @@ class WorkerLoop:
         return polled
 
     def _admit(self, request: GenerationRequest) -> None:
-        if self._drain.is_set():
-            self.metrics.refused("draining")
-            self.tracker.reject(request, DRAINING_ERROR)
-            return
+        # Polled before a drain began: served like the running ones.
         from gpuworkers.engine import SamplingParams
 
         self.tracker.open(request)
@@ -245,6 +311,10 @@ class WorkerLoop:
                 raise EngineBroken(f"{self._step_failures} engine steps failed in a row") from None
             return
         self._step_failures = 0
+        # Requests whose own processing raised: the engine freed their KV
+        # blocks and went on with the others.
+        for response_id, message in self.engine.take_failures():
+            self.tracker.fail(response_id, request_error(message))
         if tracing_enabled():
             self.tracker.on_prefill_chunks(self.engine.last_prefill_chunks, started, time.time())
         for output in outputs:
@@ -322,6 +392,17 @@ class WorkerLoop:
         # One reference swap: the heartbeat thread never sees a half-built dict.
         self._stats = stats
         self._stats_at = now
+
+    def _live_loop(self) -> None:
+        # Never the engine thread, and nothing but one SET: a long step or a
+        # slow heartbeat (its JSON, its pipeline) cannot delay it.
+        while not self._heartbeat_stop.wait(LIVENESS_INTERVAL):
+            try:
+                self.bus.liveness(self.worker_id)
+            except BusUnavailable:
+                pass  # logged by the loop; the next refresh retries
+            except Exception:
+                logger.exception("worker %s: liveness refresh failed", self.worker_id)
 
     def _heartbeat_loop(self) -> None:
         logs.bind(worker=self.worker_id, model=self.model_name)

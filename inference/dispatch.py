@@ -56,8 +56,14 @@ __all__ = [
     "wait_for_terminal",
 ]
 
-# One read waits this long before the worker's heartbeat is checked.
-POLL_MS = 1000
+# One read waits this long before the worker's liveness is checked: with
+# the liveness key's TTL (wire.bus.base.LIVENESS_TTL, 1.5 s) a killed
+# worker's streams end within about 1.8 s.
+POLL_MS = 300
+# A dead worker's request that has no event yet may still be taken over by
+# a peer of the model (wire.bus reclaims it within about a second); its
+# stream is failed only if none did within this many seconds.
+RECLAIM_GRACE_SECONDS = 5.0
 # Seconds the bus may stay unreachable before an open stream is failed.
 BUS_GRACE_SECONDS = 3.0
 # A worker whose KV cache is this full is picked only if all others are too.
@@ -245,23 +251,26 @@ async def stream_events(
 ) -> AsyncIterator[dict[str, Any]]:
     """Yield the events after ``after_seq``, through the terminal one.
 
-    A lost worker (heartbeat expired) ends the stream with ``failed``
-    (code ``worker_lost``) a heartbeat TTL plus about a second after its
-    death; ``idle_timeout`` seconds without any event aborts the request
-    and fails the stream (``stream_timeout``). Both are written to the
-    stream itself, so a resuming client sees the same ending.
+    A lost worker (liveness key expired) ends the stream with ``failed``
+    (code ``worker_lost``) about two seconds after its death; if the
+    response had no event yet, a peer may take the request over, so the
+    stream waits ``RECLAIM_GRACE_SECONDS`` for the peer's ``created`` (whose
+    ``worker_id`` it follows from then on) before it fails.
+    ``idle_timeout`` seconds without any event aborts the request and fails
+    the stream (``stream_timeout``). Both are written to the stream itself,
+    so a resuming client sees the same ending.
     """
     bus = bus or get_bus()
     if idle_timeout is None:
         idle_timeout = float(settings.STREAM_IDLE_TIMEOUT)
+    watch = _Watch(bus, response_id, worker_id, idle_timeout)
     seq = after_seq
-    last_progress = time.monotonic()
     bus_down_since: float | None = None
     while True:
         try:
             events = await bus.read_events(response_id, seq, POLL_MS)
             if not events:
-                await _check_stalled(bus, response_id, worker_id, last_progress, idle_timeout)
+                await watch.check()
             bus_down_since = None
         except BusUnavailable:
             now = time.monotonic()
@@ -274,22 +283,54 @@ async def stream_events(
             continue
         for event in events:
             seq = event["seq"]
+            watch.progress(event)
             yield event
             if event["type"] in TERMINAL_EVENTS:
                 return
-        if events:
-            last_progress = time.monotonic()
 
 
-async def _check_stalled(
-    bus: Bus, response_id: str, worker_id: str, last_progress: float, idle_timeout: float
-) -> None:
-    if not await bus.worker_alive(worker_id):
-        await _close_stream(bus, response_id, worker_lost_error())
-    elif time.monotonic() - last_progress >= idle_timeout:
-        await bus.request_abort(worker_id, response_id)
-        message = f"The response made no progress for {idle_timeout:.0f} seconds"
-        await _close_stream(bus, response_id, error_body(message, code="stream_timeout"))
+class _Watch:
+    """Whether a quiet stream's worker is alive, stalled or handed over."""
+
+    __slots__ = ("bus", "response_id", "worker_id", "idle_timeout", "last_progress", "lost_at")
+
+    def __init__(self, bus: Bus, response_id: str, worker_id: str, idle_timeout: float):
+        self.bus = bus
+        self.response_id = response_id
+        self.worker_id = worker_id
+        self.idle_timeout = idle_timeout
+        self.last_progress = time.monotonic()
+        self.lost_at: float | None = None
+
+    def progress(self, event: dict[str, Any]) -> None:
+        self.last_progress = time.monotonic()
+        self.lost_at = None
+        if event["type"] == EventType.CREATED and event.get("worker_id"):
+            # A peer that took the request over is the worker from now on.
+            self.worker_id = event["worker_id"]
+
+    async def check(self) -> None:
+        bus = self.bus
+        if await bus.worker_alive(self.worker_id):
+            self.lost_at = None
+            if time.monotonic() - self.last_progress >= self.idle_timeout:
+                await bus.request_abort(self.worker_id, self.response_id)
+                message = f"The response made no progress for {self.idle_timeout:.0f} seconds"
+                await _close_stream(
+                    bus, self.response_id, error_body(message, code="stream_timeout")
+                )
+            return
+        seen = await bus.read_events(self.response_id, 0, 0)
+        owner = seen[0].get("worker_id") if seen and seen[0]["type"] == EventType.CREATED else None
+        if owner and owner != self.worker_id:
+            # A resume that started from a stale route: follow the stream's worker.
+            self.worker_id = owner
+            return
+        now = time.monotonic()
+        self.lost_at = self.lost_at or now
+        if not seen and now - self.lost_at < RECLAIM_GRACE_SECONDS:
+            return  # not started: a peer may still take it over
+        await _close_stream(bus, self.response_id, worker_lost_error())
 
 
 def _bus_lost_error() -> dict[str, Any]:

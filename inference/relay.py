@@ -191,6 +191,10 @@ class ResponseTap:
         try:
             async for event in events:
                 ledger.add(event)
+                if event["type"] == EventType.CREATED and event.get("worker_id"):
+                    # A peer took over a request its worker died holding:
+                    # aborts and the usage record go to the one serving it.
+                    self.route.worker_id = event["worker_id"]
                 # stream_events ends right after the terminal event.
                 if event["type"] in TERMINAL_EVENTS:
                     terminal = event

@@ -52,6 +52,15 @@ def worker_lost_error() -> dict[str, Any]:
     return error_body(WORKER_LOST_MESSAGE, code="worker_lost")
 
 
+def retries_spent_error(deliveries: int) -> dict[str, Any]:
+    """A request whose workers died before it started, ``deliveries`` times."""
+    message = (
+        f"{WORKER_LOST_MESSAGE} before it started, {deliveries} times;"
+        " it was not tried again (retry budget spent)"
+    )
+    return error_body(message, code="worker_lost")
+
+
 def created_event(
     *, response_id: str, model: str, worker_id: str, prompt_tokens: int
 ) -> dict[str, Any]:

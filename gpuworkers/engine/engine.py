@@ -6,7 +6,9 @@ exactly one thread calls its methods (the worker loop).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import logging
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import torch
 from gpuworkers.engine import offline
 from gpuworkers.engine.config import EngineConfig
 from gpuworkers.engine.detokenizer import IncrementalDetokenizer
+from gpuworkers.engine.isolation import isolate
 from gpuworkers.engine.kv_manager import KVCacheManager
 from gpuworkers.engine.model_runner import ModelRunner
 from gpuworkers.engine.models.loader import load_model
@@ -23,8 +26,11 @@ from gpuworkers.engine.runtime import tune_allocator
 from gpuworkers.engine.sampling import SampleResult, choice_seed, prepare_request
 from gpuworkers.engine.sampling_params import SamplingParams
 from gpuworkers.engine.scheduling import Scheduler
+from gpuworkers.engine.scheduling.batch import CacheOps
 from gpuworkers.engine.sequence import Request, Sequence, SequenceStatus
 from gpuworkers.engine.tokenizer import eos_token_ids, load_tokenizer
+
+logger = logging.getLogger(__name__)
 
 
 class LLMEngine:
@@ -46,6 +52,8 @@ class LLMEngine:
         self.requests: dict[str, Request] = {}
         self._seq_ids = itertools.count()
         self._aborted: list[Request] = []
+        # (request id, error) of requests failed by their own processing.
+        self._failures: list[tuple[str, str]] = []
         # (request id, positions) of each prefill chunk the last step computed.
         self.last_prefill_chunks: list[tuple[str, range]] = []
         self.num_steps = 0
@@ -179,17 +187,35 @@ class LLMEngine:
     # The step -------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Schedule, run the model once, sample; return this step's deltas."""
+        """Schedule, run the model once, sample; return this step's deltas.
+
+        A request whose own processing raises (its rows in the forward pass
+        or sampler, its detokenizer, its stop checks) is aborted and listed
+        by ``take_failures``; the others' step goes on. An error that is no
+        single request's propagates.
+        """
         outputs = [self._final_output(r) for r in self._aborted]
         self._aborted.clear()
         batch = self.scheduler.schedule()
         self.last_prefill_chunks = []
         if batch.is_empty:
             return outputs
-        step_output = self.runner.execute(batch)
-        sampled = step_output.sampled
-        if step_output.prompt_logprobs:
-            self._add_prompt_logprobs(batch, step_output.prompt_logprobs)
+        # Once, before any attempt: isolation re-runs parts of the step.
+        self.runner.apply_cache_ops(batch.cache_ops)
+        batch = dataclasses.replace(batch, cache_ops=CacheOps())
+        try:
+            step_output = self.runner.execute(batch)
+            sampled = step_output.sampled
+            if step_output.prompt_logprobs:
+                self._add_prompt_logprobs(batch, step_output.prompt_logprobs)
+        except Exception as exc:
+            isolated = isolate(self.runner.execute, self.scheduler.seqs, batch, exc)
+            for request_id, error in isolated.failed.items():
+                self._fail(request_id, error)
+            batch, sampled = isolated.batch, isolated.sampled
+            for sub, out in isolated.parts:
+                if out.prompt_logprobs:
+                    self._add_prompt_logprobs(sub, out.prompt_logprobs)
         # Prefill chunks of this step, before on_step_done may finish their
         # sequences: the worker's traces show one span per chunk.
         self.last_prefill_chunks = [
@@ -202,6 +228,21 @@ class LLMEngine:
         outputs.extend(self._postprocess(receivers, sampled))
         return outputs
 
+    def _fail(self, request_id: str, error: Exception) -> None:
+        """Abort one request for an error of its own; ``take_failures`` reports it."""
+        logger.warning("request %s failed in the engine: %r", request_id, error)
+        self.abort(request_id)
+        self._failures.append((request_id, f"{type(error).__name__}: {error}"))
+
+    def take_failures(self) -> list[tuple[str, str]]:
+        """(request id, error) of the requests failed since the last call.
+
+        Their KV blocks are already free; the next step's outputs end them
+        with ``abort``, which the caller reports as a failure instead.
+        """
+        failures, self._failures = self._failures, []
+        return failures
+
     def _postprocess(
         self, receivers: list[Sequence], sampled: list[SampleResult]
     ) -> list[RequestOutput]:
@@ -209,7 +250,14 @@ class LLMEngine:
         now = time.monotonic()
         deltas: dict[str, dict[int, ChoiceDelta]] = {}
         for seq, result in zip(receivers, sampled, strict=True):
-            self._append_token(seq, result, now, deltas)
+            if seq.request.aborted:
+                continue  # failed earlier in this loop (a sibling choice)
+            try:
+                self._append_token(seq, result, now, deltas)
+            except Exception as exc:
+                # The token's text or stop checks of this request alone.
+                self._fail(seq.request.request_id, exc)
+                deltas.pop(seq.request.request_id, None)
         outputs = []
         for request_id, choices in deltas.items():
             request = self.requests[request_id]

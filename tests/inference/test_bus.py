@@ -10,6 +10,7 @@ import pytest
 
 from tests.gpuworkers.buses import BUS_KINDS, make_buses, uid
 from tests.helpers import async_wait_until
+from wire.bus.base import LIVENESS_TTL
 from wire.events import EventType, created_event, delta_event, error_body, terminal_event
 from wire.requests import GenerationRequest
 from wire.workers import WorkerInfo, WorkerState
@@ -239,7 +240,8 @@ async def test_finished_streams_expire_after_the_response_ttl(kind):
 @pytest.mark.asyncio
 async def test_workers_without_heartbeat_leave_the_registry(kind):
     """list_workers shows live workers only: a deregistered one goes at once, one
-    without heartbeats once the heartbeat TTL has passed (not before); one that
+    that stopped (no heartbeat, no liveness refresh) once its liveness key's
+    TTL has passed (not before, and well before the heartbeat TTL); one that
     keeps beating stays, with the state of its latest beat."""
     ttl = 2
     bus, worker_bus = make_buses(kind, heartbeat_ttl=ttl)
@@ -253,14 +255,16 @@ async def test_workers_without_heartbeat_leave_the_registry(kind):
     beat = WorkerInfo(worker_id=alive, model="m", state=WorkerState.DRAINING)
 
     async def dead_forgotten() -> bool:
-        # ``alive`` beats on every poll, far more often than its TTL.
+        # ``alive`` beats on every poll, far more often than its TTLs.
         worker_bus.heartbeat(beat)
+        worker_bus.liveness(alive)
         return dead not in {w.worker_id for w in await bus.list_workers()}
 
     await async_wait_until(dead_forgotten, timeout=30, interval=0.1, message="dead worker")
     # Never dropped before its TTL (50 ms for the server clock's rounding).
-    assert time.monotonic() - registered >= ttl - 0.05
+    assert time.monotonic() - registered >= LIVENESS_TTL - 0.05
     worker_bus.heartbeat(beat)
+    worker_bus.liveness(alive)
     workers = {w.worker_id: w for w in await bus.list_workers()}
     assert alive in workers and dead not in workers
     assert workers[alive].state == WorkerState.DRAINING

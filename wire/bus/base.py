@@ -15,6 +15,28 @@ from wire.events import TERMINAL_EVENTS
 from wire.requests import GenerationRequest
 from wire.workers import WorkerInfo
 
+# Liveness (issue 17): a key with a short TTL that a worker's own thread
+# (never the engine's) refreshes. A killed process stops refreshing at once,
+# so its streams end within about LIVENESS_TTL plus one relay poll, while a
+# long engine step cannot look like death: the refresher needs only the GIL
+# for a moment, which Python hands over every few milliseconds and torch
+# and the ctypes kernels release while they compute. Chosen over Redis'
+# connection signal (a killed process's socket closes at once; CLIENT LIST
+# would see it): that needs the CLIENT command, which the web's ACL user
+# must not have (it lists every client), and the in-process bus has no
+# connections to watch.
+LIVENESS_TTL = 1.5
+LIVENESS_INTERVAL = 0.3
+# Deliveries of a request (its first read included) before it is failed
+# rather than handed to another worker: a request that killed two workers
+# is not tried on a third.
+MAX_DELIVERIES = 2
+# How often a worker looks for requests that a dead or draining peer of its
+# model left unstarted; and how long a claimed entry must have been idle
+# before another peer may take it over (the claimer died too).
+RECLAIM_INTERVAL = 1.0
+RECLAIM_MIN_IDLE_MS = 1000
+
 
 class BusUnavailable(RuntimeError):
     """The bus (Redis) cannot be reached; the API answers 503."""
@@ -63,10 +85,38 @@ class WorkerBus(Protocol):
 
     def heartbeat(self, info: WorkerInfo) -> None: ...
 
+    def liveness(self, worker_id: str) -> None:
+        """Refresh the short-lived liveness mark (``LIVENESS_TTL``)."""
+        ...
+
     def deregister(self, worker_id: str) -> None: ...
 
-    def poll(self, worker_id: str, block_ms: int) -> tuple[list[GenerationRequest], list[str]]:
-        """New requests and response ids to abort, waiting up to block_ms."""
+    def poll(
+        self, worker_id: str, block_ms: int, *, accept: bool = True
+    ) -> tuple[list[GenerationRequest], list[str]]:
+        """New requests and response ids to abort, waiting up to block_ms.
+
+        Requests come from the worker's own inbox and, every
+        ``RECLAIM_INTERVAL``, from inboxes of dead or draining peers of its
+        model (unstarted ones only). Each stays pending until ``ack``; a
+        request whose worker dies before that is reclaimed by a peer, or
+        failed once ``MAX_DELIVERIES`` is spent. ``accept=False``
+        (draining) takes no requests, only aborts.
+        """
+        ...
+
+    def ack(self, worker_id: str, response_ids: list[str]) -> None:
+        """The requests are admitted (their ``created`` is published) or
+        ended: they can no longer be handed to another worker."""
+        ...
+
+    def close_inbox(self, worker_id: str) -> None:
+        """Draining: peers of the model may take requests still queued here."""
+        ...
+
+    def hand_back(self, worker_id: str) -> list[GenerationRequest]:
+        """Leaving: queued requests stay for live peers of the model, or,
+        when there is none, come back to be failed (then ``ack`` them)."""
         ...
 
     def publish(self, response_id: str, event: dict[str, Any]) -> bool:

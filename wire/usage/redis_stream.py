@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import redis
 
-from wire.bus.redis_bus import SOCKET_TIMEOUT, unavailable_as_bus_error
+from wire.bus.redis_bus.common import SOCKET_TIMEOUT, unavailable_as_bus_error
 from wire.usage.base import CLAIM_IDLE_MS, GROUP, STREAM_KEY, Delivery
 from wire.usage.entry import UsageEntry
 

@@ -1,8 +1,10 @@
 """``manage.py gpuworker --model NAME``: one GPU worker process.
 
 Loads the model, warms it up, registers as ready on the Redis bus and
-serves until SIGTERM/SIGINT. The first signal drains (no new requests,
-running ones finish, then deregister); a second one stops at once.
+serves until SIGTERM/SIGINT. The first signal drains (no new requests:
+peers of the model take those still queued; running ones finish within
+``WORKER_DRAIN_SECONDS``, then deregister and exit 0); a second one stops
+at once.
 
 The thin Django entry point of the worker: it reads settings and its
 command line, and learns the rest (a deployment's weights, a model's path,
@@ -123,7 +125,13 @@ class Command(BaseCommand):
         )
         engine = self._load(name, model_dir, options, scheduling)
         loop = WorkerLoop(
-            engine, get_worker_bus(), worker_id, name, hourly_price=hourly_price, version=version
+            engine,
+            get_worker_bus(),
+            worker_id,
+            name,
+            hourly_price=hourly_price,
+            version=version,
+            drain_seconds=float(settings.WORKER_DRAIN_SECONDS),
         )
         holder["loop"] = loop
         self._install_signals(loop)
