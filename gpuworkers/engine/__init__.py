@@ -15,7 +15,7 @@ import os
 # shares its cores with the web tier, Redis and PostgreSQL (and other
 # workers); spinning threads then take the core from the very thread they
 # wait for. Measured on this 2-core machine with other work running
-# (`python -m bench.ab_generate`, alternating): 1.9-3.2 s per batch with
+# (`python -m bench.ab_generate`, alternating): 1.8-3.2 s per batch with
 # PASSIVE against 3.8-40.9 s with the default.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
