@@ -23,6 +23,16 @@ pytestmark = pytest.mark.parametrize("kind", BUS_KINDS)
 BLOCK_MS = 5000
 # Returned well before BLOCK_MS: woken by the event, not by the timeout.
 EARLY_S = 0.8 * BLOCK_MS / 1000
+# The model every worker and request of one test names, fresh per test: a
+# worker reclaims the unstarted requests of dead peers of its model, and
+# earlier tests' workers (never deregistered) are dead peers of "m".
+MODEL = "m"
+
+
+@pytest.fixture(autouse=True)
+def fresh_model():
+    global MODEL
+    MODEL = uid("m")
 
 
 def _delta(seq: int, text: str) -> dict:
@@ -31,7 +41,7 @@ def _delta(seq: int, text: str) -> dict:
 
 
 def _events(response_id: str, n_deltas: int, terminal: EventType | None) -> list[dict]:
-    events = [created_event(response_id=response_id, model="m", worker_id="w", prompt_tokens=3)]
+    events = [created_event(response_id=response_id, model=MODEL, worker_id="w", prompt_tokens=3)]
     events += [_delta(seq, f"t{seq}") for seq in range(2, n_deltas + 2)]
     if terminal is not None:
         events.append(terminal_event(terminal, n_deltas + 2))
@@ -41,7 +51,7 @@ def _events(response_id: str, n_deltas: int, terminal: EventType | None) -> list
 def _request(response_id: str) -> GenerationRequest:
     return GenerationRequest(
         response_id=response_id,
-        model="m",
+        model=MODEL,
         prompt_token_ids=[1, 2, 3],
         sampling={"max_tokens": 4, "temperature": 0.0, "stop": ["\n"]},
         tier="pro",
@@ -87,7 +97,7 @@ async def test_submitted_requests_and_aborts_reach_the_worker_once(kind):
     """poll returns each request and abort exactly once, requests intact."""
     bus, worker_bus = make_buses(kind)
     wid, r1, r2 = uid("w"), uid("r1"), uid("r2")
-    worker_bus.register(WorkerInfo(worker_id=wid, model="m", state=WorkerState.READY))
+    worker_bus.register(WorkerInfo(worker_id=wid, model=MODEL, state=WorkerState.READY))
     await bus.submit(wid, _request(r1))
     await bus.submit(wid, _request(r2))
     await bus.request_abort(wid, r1)
@@ -109,7 +119,7 @@ async def test_poll_wakes_up_when_a_request_arrives(kind):
     """A worker blocked in poll sees a request submitted meanwhile at once."""
     bus, worker_bus = make_buses(kind)
     wid, rid = uid("w"), uid("r")
-    worker_bus.register(WorkerInfo(worker_id=wid, model="m", state=WorkerState.READY))
+    worker_bus.register(WorkerInfo(worker_id=wid, model=MODEL, state=WorkerState.READY))
     got: list = []
     started = time.monotonic()
     poller = threading.Thread(target=lambda: got.append(worker_bus.poll(wid, BLOCK_MS)))
@@ -131,7 +141,7 @@ async def test_register_discards_requests_left_by_an_earlier_incarnation(kind):
     bus, worker_bus = make_buses(kind)
     wid = uid("w")
     await bus.submit(wid, _request(uid("old")))
-    worker_bus.register(WorkerInfo(worker_id=wid, model="m", state=WorkerState.WARMING))
+    worker_bus.register(WorkerInfo(worker_id=wid, model=MODEL, state=WorkerState.WARMING))
     assert worker_bus.poll(wid, 0) == ([], [])
     await bus.close()
 
@@ -248,11 +258,11 @@ async def test_workers_without_heartbeat_leave_the_registry(kind):
     alive, dead, gone = uid("alive"), uid("dead"), uid("gone")
     registered = time.monotonic()
     for wid in (alive, dead, gone):
-        worker_bus.register(WorkerInfo(worker_id=wid, model="m", state=WorkerState.READY))
+        worker_bus.register(WorkerInfo(worker_id=wid, model=MODEL, state=WorkerState.READY))
     worker_bus.deregister(gone)
     assert {alive, dead} <= {w.worker_id for w in await bus.list_workers()}
     assert gone not in {w.worker_id for w in await bus.list_workers()}
-    beat = WorkerInfo(worker_id=alive, model="m", state=WorkerState.DRAINING)
+    beat = WorkerInfo(worker_id=alive, model=MODEL, state=WorkerState.DRAINING)
 
     async def dead_forgotten() -> bool:
         # ``alive`` beats on every poll, far more often than its TTLs.

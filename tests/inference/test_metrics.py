@@ -26,7 +26,7 @@ pytestmark = [
 MESSAGES = [{"role": "user", "content": "Say hi"}]
 # Labels our web metrics may carry: never a tenant or an API key.
 # Celery task metrics (task, state) share the registry: bounded, never per tenant.
-ALLOWED_LABELS = {"reason", "tier", "model", "status", "le", "task", "state"}
+ALLOWED_LABELS = {"reason", "tier", "model", "status", "le", "task", "state", "outcome"}
 
 
 @pytest.fixture(autouse=True)
