@@ -250,7 +250,12 @@ def _import_seconds(module: str) -> float:
 def bench_library(cls, tokenizer, vocab_size: int, eos: int) -> dict:
     import_s = _import_seconds(cls.name)
     lib = cls(tokenizer, vocab_size)
-    result = {"import_s": import_s, "tokenizer_setup_s": lib.tokenizer_s, "compile_ms": {}, "mask": {}}
+    result = {
+        "import_s": import_s,
+        "tokenizer_setup_s": lib.tokenizer_s,
+        "compile_ms": {},
+        "mask": {},
+    }
     walks = {}
     for case, (schema, instance) in CASES.items():
         times = []
@@ -373,7 +378,10 @@ def run_overhead(args) -> dict:
             for i in range(batch)
         ]
         row = {}
-        for label, extra in (("unconstrained", {}), ("json_schema", {"structured_output": structured})):
+        for label, extra in (
+            ("unconstrained", {}),
+            ("json_schema", {"structured_output": structured}),
+        ):
             params = SamplingParams(
                 max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True, **extra
             )
@@ -386,9 +394,13 @@ def run_overhead(args) -> dict:
                 tokens = sum(len(c.token_ids) for o in outputs for c in o.choices)
                 runs.append(tokens / elapsed)
             row[label] = {"tok_s": statistics.median(runs), "runs": runs}
-        row["overhead_pct"] = 100 * (1 - row["json_schema"]["tok_s"] / row["unconstrained"]["tok_s"])
+        row["overhead_pct"] = 100 * (
+            1 - row["json_schema"]["tok_s"] / row["unconstrained"]["tok_s"]
+        )
         results[f"batch{batch}"] = row
-    print(f"\n{'engine tok/s (greedy, median)':32}{'unconstrained':>16}{'json_schema':>16}{'cost':>8}")
+    print(
+        f"\n{'engine tok/s (greedy, median)':32}{'unconstrained':>16}{'json_schema':>16}{'cost':>8}"
+    )
     for key, row in results.items():
         print(
             f"{key:32}{row['unconstrained']['tok_s']:16.1f}{row['json_schema']['tok_s']:16.1f}"
@@ -419,7 +431,9 @@ def main(argv=None) -> None:
     if args.part in ("overhead", "all"):
         merged["overhead"] = run_overhead(args)
         merged["overhead_machine"] = machine
-    merged["command"] = " ".join([sys.executable.rsplit("/", 1)[-1], "-m", "bench.structured_output", *sys.argv[1:]])
+    merged["command"] = " ".join(
+        [sys.executable.rsplit("/", 1)[-1], "-m", "bench.structured_output", *sys.argv[1:]]
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(merged, indent=2) + "\n")
     print(f"\nwrote {args.out}")
