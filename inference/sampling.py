@@ -63,9 +63,18 @@ def sampling_for(
             top_logprobs=request.top_logprobs or 0,
             prompt_logprobs=request.prompt_logprobs,
             deterministic=bool(request.deterministic),
+            # The grammar is checked here (the compiler's own validation,
+            # about a millisecond, no tokenizer) so a bad schema is a 400
+            # before admission, not a failed stream.
+            structured_output=(
+                request.response_format.structured_output() if request.response_format else None
+            ),
         )
     except InvalidSamplingParams as exc:
-        raise InvalidRequest(str(exc), param=exc.param) from exc
+        # The API's name for what the engine calls structured_output.
+        param = "response_format" if exc.param == "structured_output" else exc.param
+        message = str(exc).replace("structured_output", "response_format", 1)
+        raise InvalidRequest(message, param=param) from exc
     sampling = dataclasses.asdict(params)
     # JSON keys are strings: the worker's SamplingParams turns them back.
     sampling["logit_bias"] = {str(k): v for k, v in params.logit_bias.items()}

@@ -45,18 +45,20 @@ def allowed_tokens(states: list[GrammarState], vocab_size: int) -> torch.Tensor:
     then unpacked in one numpy call.
     """
     global _executor
-    import llguidance
-    import llguidance.torch as lltorch
-
     words = (vocab_size + 31) // 32
     bitmask = torch.empty((len(states), words), dtype=torch.int32)
+    # llguidance.torch's wrappers do only this, but importing that module
+    # compiles a torch kernel (torch._dynamo) the engine never uses.
+    row_bytes = words * 4
     if len(states) == 1:
-        lltorch.fill_next_token_bitmask(states[0].matcher, bitmask, 0)
+        states[0].matcher.unsafe_compute_mask_ptr(bitmask.data_ptr(), row_bytes)
     else:
         if _executor is None:
+            import llguidance
+
             _executor = llguidance.LLExecutor()
         pairs = [(state.matcher, i) for i, state in enumerate(states)]
-        lltorch.fill_next_token_bitmask_par(_executor, pairs, bitmask)
+        _executor.unsafe_compute_mask_ptr(pairs, bitmask.data_ptr(), row_bytes, len(states))
     # Words are little-endian in memory, so little bit order per byte
     # lists the tokens in order.
     bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=1, bitorder="little")
