@@ -79,9 +79,9 @@ class JsonSchemaFormat(StrictSchema):
     # OpenAI's rule for the name: letters, digits, underscores and dashes.
     name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
     description: Text | None = None
-    # "schema" would shadow BaseModel.schema(); any JSON Schema object (the
-    # grammar compiler judges it). Absent: any JSON value.
-    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    # Any JSON Schema object (the grammar compiler judges it); absent: any
+    # JSON value. Aliased: a field named "schema" shadows BaseModel.schema().
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
@@ -90,11 +90,12 @@ class ResponseFormat(StrictSchema):
     matching a schema; the engine enforces the last two by grammar."""
 
     type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
+    # Aliased: ninja's Schema has a json_schema() of its own.
+    json_schema_: JsonSchemaFormat | None = Field(default=None, alias="json_schema")
 
     @model_validator(mode="after")
     def _schema_iff_json_schema(self) -> "ResponseFormat":
-        if (self.type == "json_schema") != (self.json_schema is not None):
+        if (self.type == "json_schema") != (self.json_schema_ is not None):
             raise InvalidRequest(
                 "response_format.json_schema is required when type is 'json_schema', "
                 "and allowed only then.",
@@ -108,8 +109,8 @@ class ResponseFormat(StrictSchema):
             return None
         if self.type == "json_object":
             return {"type": "json_object"}
-        found = self.json_schema
-        schema = {} if found.json_schema is None else found.json_schema
+        found = self.json_schema_
+        schema = {} if found.schema_ is None else found.schema_
         return {"type": "json_schema", "schema": schema, "strict": bool(found.strict)}
 
 
