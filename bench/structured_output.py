@@ -10,9 +10,11 @@ staggered positions of the instances, the library's parallel fill). A
 library that is not installed is skipped; the results JSON keeps the
 figures of the last run that had it.
 
-Part 2 (``--part overhead``): the engine offline, decode tok/s with a
+Part 2 (``--part overhead``): the engine offline (bfloat16), tok/s with a
 json_schema on every request against the same requests unconstrained, at
-batch 1 and 32 (greedy, ``--max-tokens`` outputs each).
+batch 1 and 32 (greedy, ``--max-tokens`` outputs each, runs alternating),
+and the grammar's own time (masks and advances) per step and as a share
+of the constrained runs' wall time.
 
 Prints the tables and merges each part into ``--out`` (JSON). Asserts
 nothing.
@@ -353,6 +355,39 @@ def _print_libs(results: dict) -> None:
         print(f"{key:36}" + "".join(f"{results[n][key]:>22.2f}" for n in names))
 
 
+class GrammarTimer:
+    """Wall time spent in the grammar's own work during a run: the step's
+    masks (fill, unpack, ``where``) and each token's advance. Measured
+    directly because on a shared machine the tok/s of two runs can differ
+    by more than the whole grammar cost."""
+
+    def __init__(self):
+        from gpuworkers.engine.sampling import sampler
+        from gpuworkers.engine.structured.matcher import GrammarState
+
+        self.seconds = 0.0
+        self.steps = 0
+        apply, advance = sampler.apply_grammars, GrammarState.advance
+
+        def timed_apply(scores, samples):
+            start = time.perf_counter()
+            try:
+                return apply(scores, samples)
+            finally:
+                self.seconds += time.perf_counter() - start
+                self.steps += 1
+
+        def timed_advance(state, token):
+            start = time.perf_counter()
+            try:
+                return advance(state, token)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        sampler.apply_grammars = timed_apply
+        GrammarState.advance = timed_advance
+
+
 def run_overhead(args) -> dict:
     from gpuworkers.engine import LLMEngine, SamplingParams
 
@@ -360,51 +395,49 @@ def run_overhead(args) -> dict:
         MODEL_DIR, dtype="bfloat16", max_num_seqs=64, enable_prefix_caching=False
     )
     engine.warmup()
-    tokenizer = engine.tokenizer
-    schema = {
-        "type": "array",
-        "items": SMALL,
-        "minItems": 64,
-    }
+    timer = GrammarTimer()
+    # minItems far beyond max_tokens: the grammar never ends a choice early,
+    # so both runs generate the same number of tokens.
+    schema = {"type": "array", "items": SMALL, "minItems": 64}
     structured = {"type": "json_schema", "schema": schema, "strict": True}
     results = {}
     for batch in (1, 32):
-        prompts = [
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": f"List people as JSON, variant {i}."}],
-                add_generation_prompt=True,
-                tokenize=False,
-            )
-            for i in range(batch)
-        ]
-        row = {}
-        for label, extra in (
-            ("unconstrained", {}),
-            ("json_schema", {"structured_output": structured}),
-        ):
-            params = SamplingParams(
-                max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True, **extra
-            )
-            engine.generate(prompts[:1], params)  # compiles the grammar: cached below
-            runs = []
-            for _ in range(args.repeat):
+        prompts = [f"List people as JSON, variant {i}." for i in range(batch)]
+        runs = {"unconstrained": [], "json_schema": []}
+        grammar_s, grammar_steps, elapsed_constrained = 0.0, 0, 0.0
+        for _ in range(args.repeat):
+            # Alternating, so a change in machine load hits both alike.
+            for label in runs:
+                extra = {"structured_output": structured} if label == "json_schema" else {}
+                params = SamplingParams(
+                    max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True, **extra
+                )
+                before_s, before_steps = timer.seconds, timer.steps
                 start = time.perf_counter()
                 outputs = engine.generate(prompts, params)
                 elapsed = time.perf_counter() - start
                 tokens = sum(len(c.token_ids) for o in outputs for c in o.choices)
-                runs.append(tokens / elapsed)
-            row[label] = {"tok_s": statistics.median(runs), "runs": runs}
-        row["overhead_pct"] = 100 * (
+                runs[label].append(tokens / elapsed)
+                if extra:
+                    grammar_s += timer.seconds - before_s
+                    grammar_steps += timer.steps - before_steps
+                    elapsed_constrained += elapsed
+        row = {label: {"tok_s": statistics.median(v), "runs": v} for label, v in runs.items()}
+        row["tok_s_cost_pct"] = 100 * (
             1 - row["json_schema"]["tok_s"] / row["unconstrained"]["tok_s"]
         )
+        row["grammar_ms_per_step"] = 1e3 * grammar_s / max(grammar_steps, 1)
+        row["grammar_share_pct"] = 100 * grammar_s / elapsed_constrained
         results[f"batch{batch}"] = row
     print(
-        f"\n{'engine tok/s (greedy, median)':32}{'unconstrained':>16}{'json_schema':>16}{'cost':>8}"
+        f"\n{'engine, greedy, median tok/s':30}{'unconstrained':>15}{'json_schema':>13}"
+        f"{'tok/s cost':>12}{'grammar ms/step':>17}{'grammar share':>15}"
     )
     for key, row in results.items():
         print(
-            f"{key:32}{row['unconstrained']['tok_s']:16.1f}{row['json_schema']['tok_s']:16.1f}"
-            f"{row['overhead_pct']:7.1f}%"
+            f"{key:30}{row['unconstrained']['tok_s']:15.1f}{row['json_schema']['tok_s']:13.1f}"
+            f"{row['tok_s_cost_pct']:11.1f}%{row['grammar_ms_per_step']:17.1f}"
+            f"{row['grammar_share_pct']:14.1f}%"
         )
     return {"max_tokens": args.max_tokens, "repeat": args.repeat, **results}
 
@@ -412,12 +445,14 @@ def run_overhead(args) -> dict:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=["libs", "overhead", "all"], default="all")
-    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     merged = json.loads(args.out.read_text()) if args.out.exists() else {}
+    merged.pop("command", None)
+    command = " ".join(["python -m bench.structured_output", *sys.argv[1:]])
     machine = {
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
@@ -428,12 +463,11 @@ def main(argv=None) -> None:
         libs = run_libs(args)
         merged.setdefault("libraries", {}).update(libs)
         merged["libraries_machine"] = machine
+        merged["libraries_command"] = command
     if args.part in ("overhead", "all"):
         merged["overhead"] = run_overhead(args)
         merged["overhead_machine"] = machine
-    merged["command"] = " ".join(
-        [sys.executable.rsplit("/", 1)[-1], "-m", "bench.structured_output", *sys.argv[1:]]
-    )
+        merged["overhead_command"] = command
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(merged, indent=2) + "\n")
     print(f"\nwrote {args.out}")
