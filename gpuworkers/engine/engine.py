@@ -28,6 +28,7 @@ from gpuworkers.engine.sampling_params import SamplingParams
 from gpuworkers.engine.scheduling import Scheduler
 from gpuworkers.engine.scheduling.batch import CacheOps
 from gpuworkers.engine.sequence import Request, Sequence, SequenceStatus
+from gpuworkers.engine.structured import GrammarCompiler
 from gpuworkers.engine.tokenizer import eos_token_ids, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class LLMEngine:
         )
         self.scheduler = Scheduler(config, self.kv, self.max_model_len)
         self.runner = ModelRunner(config, model, model_cfg)
+        self.grammars = GrammarCompiler(tokenizer, model_cfg.vocab_size, self.eos_token_ids)
         self.requests: dict[str, Request] = {}
         self._seq_ids = itertools.count()
         self._aborted: list[Request] = []
@@ -148,7 +150,13 @@ class LLMEngine:
         params = request.params
         if index == 0:
             # Raises before the request is registered if its ids do not fit.
-            prepare_request(request, self.tokenizer, self.model_cfg.vocab_size, self.eos_token_ids)
+            prepare_request(
+                request,
+                self.tokenizer,
+                self.model_cfg.vocab_size,
+                self.eos_token_ids,
+                self.grammars,
+            )
         seq = Sequence(
             next(self._seq_ids), request, index, token_ids, len(request.prompt_token_ids)
         )
@@ -162,6 +170,8 @@ class LLMEngine:
             min_tokens=params.min_tokens,
         )
         seq.logprobs = [] if params.logprobs else None
+        if request.grammar is not None:
+            seq.grammar = request.grammar.new_state()
         return seq
 
     def abort(self, request_id: str) -> None:
@@ -284,7 +294,9 @@ class LLMEngine:
         if seq.logprobs is not None:
             logprob = self._token_logprob(token, result)
             seq.logprobs.append(logprob)
-        if is_stop_token or seq.detokenizer.stopped:
+        # A complete grammar ends the choice: only EOS could follow.
+        grammar_done = seq.grammar is not None and seq.grammar.advance(token)
+        if is_stop_token or seq.detokenizer.stopped or grammar_done:
             finish = "stop"
         elif seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
             finish = "length"

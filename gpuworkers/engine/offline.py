@@ -73,6 +73,8 @@ def warmup(engine: LLMEngine) -> float:
     worker reports ready only after this.
     """
     started = time.monotonic()
+    # The grammar tokenizer's trie takes about a second: not on a request.
+    engine.grammars.prepare()
     vocab = min(engine.model_cfg.vocab_size, 32000)
     budget = engine.config.max_num_batched_tokens
     prompt_len = max(2, min(budget, engine.max_model_len - 16, 512))

@@ -46,6 +46,9 @@ class Sequence:
     seed: int = 0
     detokenizer: object | None = None
     logprobs: list | None = None
+    # With params.structured_output: where the choice is in its grammar
+    # (structured.GrammarState), advanced by each appended token.
+    grammar: object | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -101,6 +104,8 @@ class Request:
     min_tokens_ids: tuple[int, ...] = ()
     # Token sequences of params.bad_words.
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    # params.structured_output compiled (structured.CompiledGrammar).
+    grammar: object | None = None
     # With params.prompt_logprobs: one entry per prompt token computed so
     # far (TokenLogprob; None for the first token, which nothing predicts).
     prompt_logprobs: list | None = None

@@ -82,6 +82,10 @@ class SampleInput:
     min_tokens_ids: tuple[int, ...] = ()
     # The request's bad words as token sequences (shared, never changed).
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    # The choice's structured-output state (``structured.GrammarState``),
+    # not a copy: it advances only when the engine appends this step's
+    # token, after the runner has returned.
+    grammar: object | None = None
 
 
 @dataclass(slots=True)
@@ -199,6 +203,7 @@ def _sample_input(row: int, seq: Sequence) -> SampleInput:
     request = seq.request
     params = request.params
     sample = SampleInput(row, seq.seq_id, params, seq.seed, seq.num_output_tokens)
+    sample.grammar = seq.grammar
     if params.uses_penalties or request.bad_words_ids:
         # A copy: the scheduler appends to token_ids once the step is done.
         sample.token_ids = list(seq.token_ids)
