@@ -195,21 +195,33 @@ class LLMEngine:
         self.last_prefill_chunks = [
             (self.scheduler.seqs[item.seq_id].request.request_id, item.positions)
             for item in batch.seqs[batch.num_decodes :]
+            if not item.num_drafts
         ]
         self.num_steps += 1
         self.prompt_tokens_computed += batch.num_prompt_tokens
-        receivers = self.scheduler.on_step_done(batch, [r.token_id for r in sampled])
-        outputs.extend(self._postprocess(receivers, sampled))
+        emitted = self.scheduler.on_step_done(batch, [r.token_id for r in sampled])
+        outputs.extend(self._postprocess(emitted, sampled))
         return outputs
 
     def _postprocess(
-        self, receivers: list[Sequence], sampled: list[SampleResult]
+        self, emitted: list[tuple[Sequence, int]], sampled: list[SampleResult]
     ) -> list[RequestOutput]:
-        """Stop checks, text and logprobs for each new token; the step's outputs."""
+        """Stop checks, text and logprobs for each new token; the step's outputs.
+
+        A verification emits several tokens of one sequence in a row; the
+        first that ends it drops the rest (already in ``token_ids``).
+        """
         now = time.monotonic()
         deltas: dict[str, dict[int, ChoiceDelta]] = {}
-        for seq, result in zip(receivers, sampled, strict=True):
-            self._append_token(seq, result, now, deltas)
+        for i, (seq, index) in enumerate(emitted):
+            if seq.is_finished:
+                continue  # ended by an earlier token of this step
+            later = 0
+            while i + later + 1 < len(emitted) and emitted[i + later + 1][0] is seq:
+                later += 1
+            self._append_token(seq, sampled[index], now, deltas, later)
+            if seq.is_finished and later:
+                del seq.token_ids[-later:]
         outputs = []
         for request_id, choices in deltas.items():
             request = self.requests[request_id]
@@ -219,8 +231,11 @@ class LLMEngine:
                 del self.requests[request_id]
         return outputs
 
-    def _append_token(self, seq: Sequence, result: SampleResult, now: float, deltas) -> None:
-        """Account for the token the scheduler appended to ``seq``."""
+    def _append_token(
+        self, seq: Sequence, result: SampleResult, now: float, deltas, later: int = 0
+    ) -> None:
+        """Account for a token the scheduler appended to ``seq``, with
+        ``later`` more of this step's tokens appended after it."""
         request = seq.request
         params = request.params
         token = result.token_id
@@ -238,7 +253,10 @@ class LLMEngine:
             seq.logprobs.append(logprob)
         if is_stop_token or seq.detokenizer.stopped:
             finish = "stop"
-        elif seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
+        elif (
+            seq.num_output_tokens - later >= params.max_tokens
+            or seq.num_tokens - later >= self.max_model_len
+        ):
             finish = "length"
         if finish:
             # Text held back for stop strings is the reply's, unless a stop
@@ -295,6 +313,8 @@ class LLMEngine:
             if request.first_token_time
             else None,
             prompt_logprobs=self._take_prompt_logprobs(request),
+            num_draft_tokens=sum(s.spec.drafted for s in request.seqs),
+            num_accepted_tokens=sum(s.spec.accepted for s in request.seqs),
         )
 
     def _final_output(self, request: Request) -> RequestOutput:
@@ -360,4 +380,5 @@ class LLMEngine:
             "scheduling_policy": self.config.scheduling_policy.value,
             "tier_weights": dict(self.config.tier_weights),
             "queued_by_tier": sched.queued_by_tier(),
+            **sched.speculator.stats(),
         }

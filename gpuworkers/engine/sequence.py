@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 
 from gpuworkers.engine.sampling_params import SamplingParams
+from gpuworkers.engine.spec.state import SpecState
 
 
 class SequenceStatus(Enum):
@@ -46,6 +47,8 @@ class Sequence:
     seed: int = 0
     detokenizer: object | None = None
     logprobs: list | None = None
+    # Speculative decoding: drafted / accepted counts and back-off.
+    spec: SpecState = field(default_factory=SpecState)
 
     @property
     def num_tokens(self) -> int:
