@@ -156,6 +156,4 @@ def repetition_prompt(tokenizer) -> list[int]:
     message = (
         "Repeat the following passage exactly, but write 'lamp' instead of 'lantern':\n\n" + PASSAGE
     )
-    return tokenizer(
-        apply_chat_template(tokenizer, [{"role": "user", "content": message}])
-    ).input_ids
+    return apply_chat_template(tokenizer, [{"role": "user", "content": message}])

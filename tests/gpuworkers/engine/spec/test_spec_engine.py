@@ -15,6 +15,9 @@ from gpuworkers.engine import SamplingParams
 from gpuworkers.engine.prefix_cache import hash_full_blocks
 from gpuworkers.engine.tokenizer import apply_chat_template
 
+# Several whole replies per test on a shared 2-core machine.
+pytestmark = pytest.mark.timeout(900)
+
 PASSAGE = (
     "The old lighthouse stood on the northern cliff for more than a century. Every night "
     "its keeper climbed the spiral stairs, trimmed the wick and wound the clockwork that "
@@ -26,12 +29,10 @@ PASSAGE = (
 def copy_prompt(tokenizer):
     """A prompt whose reply repeats it: prompt lookup's best case."""
     message = "Repeat this text exactly:\n\n" + PASSAGE
-    return tokenizer(
-        apply_chat_template(tokenizer, [{"role": "user", "content": message}])
-    ).input_ids
+    return apply_chat_template(tokenizer, [{"role": "user", "content": message}])
 
 
-def stream(engine, requests) -> dict:
+def stream(engine, requests, earlier: list[list[int]] = ()) -> dict:
     """Run (id, prompt ids, params) to the end with step(); per request and
     choice: tokens, streamed text, finish reason, logprobs, the most
     tokens one step delivered; and the request's spec counts."""
@@ -49,17 +50,20 @@ def stream(engine, requests) -> dict:
                 choice["lp"] += [round(lp.logprob, 3) for lp in delta.logprobs or []]
                 choice["finish"] = delta.finish_reason
                 choice["burst"] = max(choice.get("burst", 0), len(delta.token_ids))
-    assert_pool_whole(engine, [prompt for _, prompt, _ in requests], results)
+    assert_pool_whole(engine, [prompt for _, prompt, _ in requests], results, earlier)
     return results
 
 
-def assert_pool_whole(engine, prompts, results) -> None:
+def assert_pool_whole(engine, prompts, results, earlier=()) -> None:
     """Every block free again, and the prefix cache holds only blocks of
-    verified tokens: prompts and emitted outputs, never a rejected draft."""
+    verified tokens: prompts and emitted outputs (and ``earlier`` runs'
+    prompt + output ids), never a rejected draft."""
     kv = engine.kv
     kv.allocator.check_invariants()
     assert kv.num_free == kv.num_total and not engine.scheduler.seqs
     verified = set()
+    for ids in earlier:
+        verified |= set(hash_full_blocks(ids, kv.block_size, "demo", None))
     for prompt, entry in zip(prompts, results.values(), strict=True):
         for choice in (c for key, c in entry.items() if key != "spec"):
             verified |= set(
@@ -77,7 +81,7 @@ def without_spec(entry: dict) -> dict:
 def test_greedy_equals_plain_decoding_with_preemption_penalties_and_logprobs(
     make_engine, copy_prompt, chat_prompts, tokenizer
 ):
-    prompts = [copy_prompt, tokenizer(chat_prompts[2]).input_ids, copy_prompt]
+    prompts = [copy_prompt, chat_prompts[2], copy_prompt]
     greedy = SamplingParams(max_tokens=40, temperature=0.0, logprobs=True, top_logprobs=2)
     penalised = SamplingParams(
         max_tokens=40, temperature=0.0, repetition_penalty=1.3, frequency_penalty=0.4
@@ -86,7 +90,7 @@ def test_greedy_equals_plain_decoding_with_preemption_penalties_and_logprobs(
     requests.append(("penalised", prompts[2], penalised))
     plain = stream(make_engine(speculative_method=None), requests)
     # A pool too small for all three: sequences are swapped out and back.
-    engine = make_engine(num_kv_blocks=18, admission_policy="optimistic")
+    engine = make_engine(num_kv_blocks=12, admission_policy="optimistic")
     spec = stream(engine, requests)
     stats = engine.stats()
     assert stats["swaps_out"] > 0
@@ -110,7 +114,6 @@ def test_stops_inside_an_accepted_run_end_the_reply_where_plain_decoding_does(
     assert wick in reply.token_ids
     base = {"temperature": 0.0}
     requests = [
-        ("eos", copy_prompt, SamplingParams(max_tokens=120, **base)),
         ("string", copy_prompt, SamplingParams(max_tokens=120, stop=["spiral"], **base)),
         ("token", copy_prompt, SamplingParams(max_tokens=120, stop_token_ids=[wick], **base)),
         ("length", copy_prompt, SamplingParams(max_tokens=13, ignore_eos=True, **base)),
@@ -123,8 +126,10 @@ def test_stops_inside_an_accepted_run_end_the_reply_where_plain_decoding_does(
             ),
         ),
     ]
-    plain = stream(make_engine(speculative_method=None), requests)
-    spec = stream(make_engine(), requests)
+    # The plain engine again: its prefix cache holds the prompt.
+    plain = stream(plain_engine, requests, [copy_prompt + reply.token_ids])
+    spec_requests = [("eos", copy_prompt, SamplingParams(max_tokens=120, **base)), *requests]
+    spec = stream(make_engine(), spec_requests)
     for name in plain:
         assert without_spec(spec[name]) == without_spec(plain[name]), name
         assert spec[name]["spec"][1] > 0, name
@@ -132,6 +137,7 @@ def test_stops_inside_an_accepted_run_end_the_reply_where_plain_decoding_does(
     assert spec["token"][0]["tokens"][-1] == wick and spec["token"][0]["finish"] == "stop"
     assert len(spec["length"][0]["tokens"]) == 13 and spec["length"][0]["finish"] == "length"
     assert spec["eos"][0]["tokens"] == reply.token_ids
+    assert spec["eos"][0]["text"] == reply.text and spec["eos"][0]["finish"] == "stop"
     assert len(spec["min"][0]["tokens"]) >= len(reply.token_ids) + 3
 
 
