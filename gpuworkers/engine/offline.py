@@ -52,6 +52,8 @@ def generate(
         for output in outputs:
             result = results[output.request_id]
             result.num_cached_tokens = output.num_cached_tokens
+            result.num_draft_tokens = output.num_draft_tokens
+            result.num_accepted_tokens = output.num_accepted_tokens
             if output.prompt_logprobs is not None:
                 result.prompt_logprobs = output.prompt_logprobs
             for delta in output.choices:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 
 from gpuworkers.engine.sampling_params import SamplingParams
+from gpuworkers.engine.spec.state import SpecState
 
 
 class SequenceStatus(Enum):
@@ -49,6 +50,8 @@ class Sequence:
     # With params.structured_output: where the choice is in its grammar
     # (structured.GrammarState), advanced by each appended token.
     grammar: object | None = None
+    # Speculative decoding: drafted / accepted counts and back-off.
+    spec: SpecState = field(default_factory=SpecState)
 
     @property
     def num_tokens(self) -> int:
