@@ -126,3 +126,34 @@ def build_workload(
         conversations=conversations,
         turn_max_tokens=shape.turn_max_tokens,
     )
+
+
+# A passage of about 300 tokens for the repetition-heavy workload: a reply
+# that copies and edits it is what prompt-lookup drafting (engine/spec/)
+# is for.
+PASSAGE = (
+    "The old lighthouse stood on the northern cliff for more than a century. Every night "
+    "its keeper climbed the spiral stairs, trimmed the wick and wound the clockwork that "
+    "turned the great lens. Ships passing the reef learned to trust its steady beam, and "
+    "the village below grew up around the harbour it protected. Fishermen mended their "
+    "nets on the quay, children raced along the sea wall, and in winter the storms threw "
+    "spray as high as the lantern room. When the light was finally automated, the last "
+    "keeper handed over his logbooks to the museum in town. They record forty years of "
+    "weather, wrecks and rescues in a small, careful hand: the night the schooner Mary "
+    "Ellen ran aground, the winter the bay froze solid, the summer a whale slept for a "
+    "week beside the harbour mouth. Visitors still climb the cliff path on fine evenings "
+    "to watch the beam sweep across the water, and the museum keeps the keeper's brass "
+    "telescope polished on a shelf beside his chair. Some say that on calm nights you "
+    "can still hear the clockwork turning, though the gears were removed long ago and "
+    "the lens now turns on an electric motor that never needs winding."
+)
+
+
+def repetition_prompt(tokenizer) -> list[int]:
+    """A chat prompt asking to repeat the passage with one edit."""
+    from gpuworkers.engine.tokenizer import apply_chat_template
+
+    message = (
+        "Repeat the following passage exactly, but write 'lamp' instead of 'lantern':\n\n" + PASSAGE
+    )
+    return apply_chat_template(tokenizer, [{"role": "user", "content": message}])

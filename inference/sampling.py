@@ -45,9 +45,19 @@ def sampling_for(
     logit_bias = {int(k): float(v) for k, v in (request.logit_bias or {}).items()}
     _check_token_ids("logit_bias", logit_bias, vocab_size)
     _check_token_ids("stop_token_ids", request.stop_token_ids or [], vocab_size)
-    # Only engines with constrained decoding have the field (and only then
-    # does inference.tool_calls.setup ask for it).
-    extra = {} if structured_output is None else {"structured_output": structured_output}
+    # The grammar is checked by SamplingParams (the compiler's own validation,
+    # about a millisecond, no tokenizer) so a bad schema is a 400 before
+    # admission, not a failed stream. It comes from response_format, or from
+    # tool_choice "required" or a named function (inference.tool_calls).
+    from_format = request.response_format.structured_output() if request.response_format else None
+    if structured_output is not None and from_format is not None:
+        raise InvalidRequest(
+            "response_format cannot be combined with tool_choice 'required' or a named "
+            "function: both constrain the whole reply.",
+            param="response_format",
+        )
+    constraint = structured_output if structured_output is not None else from_format
+    constraint_param = "response_format" if from_format is not None else "tool_choice"
     try:
         params = SamplingParams(
             max_tokens=max_tokens,
@@ -73,10 +83,13 @@ def sampling_for(
             top_logprobs=request.top_logprobs or 0,
             prompt_logprobs=request.prompt_logprobs,
             deterministic=bool(request.deterministic),
-            **extra,
+            structured_output=constraint,
         )
     except InvalidSamplingParams as exc:
-        raise InvalidRequest(str(exc), param=exc.param) from exc
+        # The API's name for what the engine calls structured_output.
+        param = constraint_param if exc.param == "structured_output" else exc.param
+        message = str(exc).replace("structured_output", param, 1)
+        raise InvalidRequest(message, param=param) from exc
     sampling = dataclasses.asdict(params)
     # JSON keys are strings: the worker's SamplingParams turns them back.
     sampling["logit_bias"] = {str(k): v for k, v in params.logit_bias.items()}

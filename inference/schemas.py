@@ -13,7 +13,7 @@ the endpoints build them as dicts on the hot path and these classes document
 them in the OpenAPI schema.
 """
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
@@ -83,6 +83,47 @@ class StreamOptions(StrictSchema):
     include_usage: bool | None = None
 
 
+class JsonSchemaFormat(StrictSchema):
+    """OpenAI's ``response_format.json_schema``."""
+
+    # OpenAI's rule for the name: letters, digits, underscores and dashes.
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+    description: Text | None = None
+    # Any JSON Schema object (the grammar compiler judges it); absent: any
+    # JSON value. Aliased: a field named "schema" shadows BaseModel.schema().
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(StrictSchema):
+    """OpenAI's ``response_format``: plain text, any JSON object, or JSON
+    matching a schema; the engine enforces the last two by grammar."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    # Aliased: ninja's Schema has a json_schema() of its own.
+    json_schema_: JsonSchemaFormat | None = Field(default=None, alias="json_schema")
+
+    @model_validator(mode="after")
+    def _schema_iff_json_schema(self) -> "ResponseFormat":
+        if (self.type == "json_schema") != (self.json_schema_ is not None):
+            raise InvalidRequest(
+                "response_format.json_schema is required when type is 'json_schema', "
+                "and allowed only then.",
+                param="response_format",
+            )
+        return self
+
+    def structured_output(self) -> dict[str, Any] | None:
+        """The engine's ``structured_output`` for this format (None: text)."""
+        if self.type == "text":
+            return None
+        if self.type == "json_object":
+            return {"type": "json_object"}
+        found = self.json_schema_
+        schema = {} if found.schema_ is None else found.schema_
+        return {"type": "json_schema", "schema": schema, "strict": bool(found.strict)}
+
+
 # Stop strings are matched against the output after every token; a huge one
 # would be held back and compared at every step for nothing.
 StopString = Annotated[str, Field(min_length=1, max_length=MAX_STOP_STRING_CHARS), ENCODABLE]
@@ -128,6 +169,7 @@ class ChatCompletionRequest(StrictSchema):
     tools: Annotated[list[ToolDefinition], Field(min_length=1, max_length=MAX_TOOLS)] | None = None
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
 
     @field_validator("logit_bias")
     @classmethod

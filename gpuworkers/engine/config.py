@@ -72,6 +72,22 @@ class EngineConfig:
     # (bench/deterministic.py); requests can also ask for it one at a time
     # (SamplingParams.deterministic). README, "Determinism".
     deterministic: bool = False
+    # Speculative decoding (engine/spec/): "ngram" drafts by prompt lookup
+    # (the last prompt_lookup_max..min tokens found earlier in the
+    # sequence, the tokens after them proposed) and verifies up to
+    # num_speculative_tokens drafts per decode in one forward pass; None:
+    # off. Exact: greedy tokens equal the non-speculative ones, sampled
+    # ones follow the same distribution (spec/acceptance.py).
+    speculative_method: str | None = "ngram"
+    num_speculative_tokens: int = 4
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 4
+    # No drafting in a step with more decoding sequences than this: there
+    # verification costs more than it saves (bench/specdec.py).
+    speculative_max_batch: int = 8
+    # A sequence whose recent acceptance rate falls below this pauses
+    # drafting for a while (spec/speculator.py).
+    speculative_min_acceptance: float = 0.25
 
     def __post_init__(self) -> None:
         self.admission_policy = AdmissionPolicy(self.admission_policy)
@@ -84,6 +100,12 @@ class EngineConfig:
             raise ValueError(f"unsupported dtype {self.dtype!r}")
         if self.deterministic and self.attention_backend == "flashinfer":
             raise ValueError("deterministic mode needs the torch attention backend")
+        if self.speculative_method not in (None, "ngram"):
+            raise ValueError(f"unknown speculative_method {self.speculative_method!r}")
+        if self.num_speculative_tokens < 1 or self.speculative_max_batch < 0:
+            raise ValueError("num_speculative_tokens must be >= 1, speculative_max_batch >= 0")
+        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+            raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
 
     def kv_blocks_for(self, kv_bytes_per_token: int, budget: int) -> int:
         """How many blocks of ``block_size`` tokens fit in ``budget`` bytes."""

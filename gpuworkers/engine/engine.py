@@ -28,6 +28,7 @@ from gpuworkers.engine.sampling_params import SamplingParams
 from gpuworkers.engine.scheduling import Scheduler
 from gpuworkers.engine.scheduling.batch import CacheOps
 from gpuworkers.engine.sequence import Request, Sequence, SequenceStatus
+from gpuworkers.engine.structured import GrammarCompiler
 from gpuworkers.engine.tokenizer import eos_token_ids, load_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class LLMEngine:
         )
         self.scheduler = Scheduler(config, self.kv, self.max_model_len)
         self.runner = ModelRunner(config, model, model_cfg)
+        self.grammars = GrammarCompiler(tokenizer, model_cfg.vocab_size, self.eos_token_ids)
         self.requests: dict[str, Request] = {}
         self._seq_ids = itertools.count()
         self._aborted: list[Request] = []
@@ -148,7 +150,13 @@ class LLMEngine:
         params = request.params
         if index == 0:
             # Raises before the request is registered if its ids do not fit.
-            prepare_request(request, self.tokenizer, self.model_cfg.vocab_size, self.eos_token_ids)
+            prepare_request(
+                request,
+                self.tokenizer,
+                self.model_cfg.vocab_size,
+                self.eos_token_ids,
+                self.grammars,
+            )
         seq = Sequence(
             next(self._seq_ids), request, index, token_ids, len(request.prompt_token_ids)
         )
@@ -162,6 +170,8 @@ class LLMEngine:
             min_tokens=params.min_tokens,
         )
         seq.logprobs = [] if params.logprobs else None
+        if request.grammar is not None:
+            seq.grammar = request.grammar.new_state()
         return seq
 
     def abort(self, request_id: str) -> None:
@@ -221,11 +231,12 @@ class LLMEngine:
         self.last_prefill_chunks = [
             (self.scheduler.seqs[item.seq_id].request.request_id, item.positions)
             for item in batch.seqs[batch.num_decodes :]
+            if not item.num_drafts
         ]
         self.num_steps += 1
         self.prompt_tokens_computed += batch.num_prompt_tokens
-        receivers = self.scheduler.on_step_done(batch, [r.token_id for r in sampled])
-        outputs.extend(self._postprocess(receivers, sampled))
+        emitted = self.scheduler.on_step_done(batch, [r.token_id for r in sampled])
+        outputs.extend(self._postprocess(emitted, sampled))
         return outputs
 
     def _fail(self, request_id: str, error: Exception) -> None:
@@ -244,20 +255,32 @@ class LLMEngine:
         return failures
 
     def _postprocess(
-        self, receivers: list[Sequence], sampled: list[SampleResult]
+        self, emitted: list[tuple[Sequence, int]], sampled: list[SampleResult]
     ) -> list[RequestOutput]:
-        """Stop checks, text and logprobs for each new token; the step's outputs."""
+        """Stop checks, text and logprobs for each new token; the step's outputs.
+
+        A verification emits several tokens of one sequence in a row; the
+        first that ends it drops the rest (already in ``token_ids``).
+        """
         now = time.monotonic()
         deltas: dict[str, dict[int, ChoiceDelta]] = {}
-        for seq, result in zip(receivers, sampled, strict=True):
-            if seq.request.aborted:
-                continue  # failed earlier in this loop (a sibling choice)
+        for i, (seq, index) in enumerate(emitted):
+            if seq.is_finished or seq.request.aborted:
+                # Ended by an earlier token of this step, or failed earlier in
+                # this loop (a sibling choice).
+                continue
+            later = 0
+            while i + later + 1 < len(emitted) and emitted[i + later + 1][0] is seq:
+                later += 1
             try:
-                self._append_token(seq, result, now, deltas)
+                self._append_token(seq, sampled[index], now, deltas, later)
             except Exception as exc:
                 # The token's text or stop checks of this request alone.
                 self._fail(seq.request.request_id, exc)
                 deltas.pop(seq.request.request_id, None)
+                continue
+            if seq.is_finished and later:
+                del seq.token_ids[-later:]
         outputs = []
         for request_id, choices in deltas.items():
             request = self.requests[request_id]
@@ -267,8 +290,11 @@ class LLMEngine:
                 del self.requests[request_id]
         return outputs
 
-    def _append_token(self, seq: Sequence, result: SampleResult, now: float, deltas) -> None:
-        """Account for the token the scheduler appended to ``seq``."""
+    def _append_token(
+        self, seq: Sequence, result: SampleResult, now: float, deltas, later: int = 0
+    ) -> None:
+        """Account for a token the scheduler appended to ``seq``, with
+        ``later`` more of this step's tokens appended after it."""
         request = seq.request
         params = request.params
         token = result.token_id
@@ -284,9 +310,14 @@ class LLMEngine:
         if seq.logprobs is not None:
             logprob = self._token_logprob(token, result)
             seq.logprobs.append(logprob)
-        if is_stop_token or seq.detokenizer.stopped:
+        # A complete grammar ends the choice: only EOS could follow.
+        grammar_done = seq.grammar is not None and seq.grammar.advance(token)
+        if is_stop_token or seq.detokenizer.stopped or grammar_done:
             finish = "stop"
-        elif seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len:
+        elif (
+            seq.num_output_tokens - later >= params.max_tokens
+            or seq.num_tokens - later >= self.max_model_len
+        ):
             finish = "length"
         if finish:
             # Text held back for stop strings is the reply's, unless a stop
@@ -343,6 +374,8 @@ class LLMEngine:
             if request.first_token_time
             else None,
             prompt_logprobs=self._take_prompt_logprobs(request),
+            num_draft_tokens=sum(s.spec.drafted for s in request.seqs),
+            num_accepted_tokens=sum(s.spec.accepted for s in request.seqs),
         )
 
     def _final_output(self, request: Request) -> RequestOutput:
@@ -408,4 +441,5 @@ class LLMEngine:
             "scheduling_policy": self.config.scheduling_policy.value,
             "tier_weights": dict(self.config.tier_weights),
             "queued_by_tier": sched.queued_by_tier(),
+            **sched.speculator.stats(),
         }

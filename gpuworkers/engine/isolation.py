@@ -77,10 +77,12 @@ def isolate(
         raise error
     good = [pair for request_id, pairs in requests if request_id not in failed for pair in pairs]
     merged = assemble(good, CacheOps())
-    by_seq = {
-        sample.seq_id: result
+    # A verifying sequence has one sample per verified position: the key is
+    # the sequence and the position.
+    by_sample = {
+        (sample.seq_id, sample.spec_index): result
         for sub, out in parts
         for sample, result in zip(sub.samples, out.sampled, strict=True)
     }
-    sampled = [by_seq[sample.seq_id] for sample in merged.samples]
+    sampled = [by_sample[sample.seq_id, sample.spec_index] for sample in merged.samples]
     return Isolated(merged, sampled, parts, failed)

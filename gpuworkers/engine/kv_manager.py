@@ -144,6 +144,13 @@ class KVCacheManager:
             seq.block_table.append(self.allocator.allocate())
         return copies
 
+    def trim(self, seq: Sequence) -> None:
+        """Free ``seq``'s blocks past its computed tokens: those a
+        verification took for drafts it rejected (fresh, never registered)."""
+        keep = self.blocks_for(seq.num_computed_tokens)
+        while len(seq.block_table) > keep:
+            self.allocator.free(seq.block_table.pop())
+
     def _needs_cow(self, seq: Sequence) -> bool:
         """The next token lands in a partial block shared with a sibling."""
         offset = seq.num_computed_tokens % self.block_size

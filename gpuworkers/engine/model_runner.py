@@ -98,7 +98,10 @@ class ModelRunner:
         starts: list[int] = []  # flat index of each item's first token
         for item in batch.seqs:
             n = len(item.token_ids)
-            if item.needs_logits:
+            if item.num_drafts:
+                # A verification: logits at every position, one row each.
+                logits_indices.extend(range(len(ids), len(ids) + n))
+            elif item.needs_logits:
                 logits_indices.append(len(ids) + n - 1)
             starts.append(len(ids))
             ids += item.token_ids
@@ -112,6 +115,7 @@ class ModelRunner:
             logits_indices.extend(p + offset for p in wanted.positions)
         common = CommonAttentionMetadata(
             num_decodes=batch.num_decodes,
+            num_spec=batch.num_verifications,
             slot_mapping=self._tensor(slots),
             query_lens=query_lens,
             context_lens=context_lens,

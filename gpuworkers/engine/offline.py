@@ -52,6 +52,8 @@ def generate(
         for output in outputs:
             result = results[output.request_id]
             result.num_cached_tokens = output.num_cached_tokens
+            result.num_draft_tokens = output.num_draft_tokens
+            result.num_accepted_tokens = output.num_accepted_tokens
             if output.prompt_logprobs is not None:
                 result.prompt_logprobs = output.prompt_logprobs
             for delta in output.choices:
@@ -73,6 +75,8 @@ def warmup(engine: LLMEngine) -> float:
     worker reports ready only after this.
     """
     started = time.monotonic()
+    # The grammar tokenizer's trie takes about a second: not on a request.
+    engine.grammars.prepare()
     vocab = min(engine.model_cfg.vocab_size, 32000)
     budget = engine.config.max_num_batched_tokens
     prompt_len = max(2, min(budget, engine.max_model_len - 16, 512))

@@ -45,6 +45,10 @@ class RequestOutput:
     # one entry per prompt token (None for the first, which nothing
     # predicts, and for tokens served from the prefix cache).
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    # Speculative decoding so far, over all choices: draft tokens verified
+    # and those accepted (engine/spec/).
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -65,6 +69,8 @@ class GenerateOutput:
     choices: list[CompletionChoice]
     num_cached_tokens: int = 0
     prompt_logprobs: list[TokenLogprob | None] | None = None
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
 
     @property
     def token_ids(self) -> list[int]:

@@ -77,6 +77,11 @@ class SamplingParams:
     # bit for bit, whatever the prefix cache, chunking and batch (README,
     # "Determinism"); every step it shares runs slower.
     deterministic: bool = False
+    # Grammar-constrained output, plain JSON as the wire carries it:
+    # {"type": "json_object"} | {"type": "json_schema", "schema": {...},
+    # "strict": bool} | {"type": "regex", "pattern": ...} | {"type":
+    # "grammar", "grammar": <Lark>} (engine/structured/spec.py).
+    structured_output: dict | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -90,6 +95,11 @@ class SamplingParams:
             self.top_k = 0  # vLLM and OpenAI clients spell "off" as -1
         self._check_ranges()
         self._check_lists()
+        if self.structured_output is not None:
+            # Imported here: structured.spec raises InvalidSamplingParams.
+            from gpuworkers.engine.structured.spec import normalize
+
+            self.structured_output = normalize(self.structured_output)
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
             raise InvalidSamplingParams(
                 "top_logprobs", f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 
 from gpuworkers.engine.sampling_params import SamplingParams
+from gpuworkers.engine.spec.state import SpecState
 
 
 class SequenceStatus(Enum):
@@ -46,6 +47,11 @@ class Sequence:
     seed: int = 0
     detokenizer: object | None = None
     logprobs: list | None = None
+    # With params.structured_output: where the choice is in its grammar
+    # (structured.GrammarState), advanced by each appended token.
+    grammar: object | None = None
+    # Speculative decoding: drafted / accepted counts and back-off.
+    spec: SpecState = field(default_factory=SpecState)
 
     @property
     def num_tokens(self) -> int:
@@ -101,6 +107,8 @@ class Request:
     min_tokens_ids: tuple[int, ...] = ()
     # Token sequences of params.bad_words.
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    # params.structured_output compiled (structured.CompiledGrammar).
+    grammar: object | None = None
     # With params.prompt_logprobs: one entry per prompt token computed so
     # far (TokenLogprob; None for the first token, which nothing predicts).
     prompt_logprobs: list | None = None

@@ -26,7 +26,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from gpuworkers.engine.sampling_params import SamplingParams
 from inference.errors import InvalidRequest
 
 # How ToolCallExtractor reads a choice's text (see extractor.py).
@@ -63,16 +62,11 @@ class ToolSetup:
     structured_output: dict[str, Any] | None
 
 
-def structured_output_supported() -> bool:
-    """Whether this engine build constrains decoding to a JSON Schema."""
-    return "structured_output" in {f.name for f in dataclasses.fields(SamplingParams)}
-
-
 def tool_setup(request: Any) -> ToolSetup:
     """The prompt, sampling and parsing consequences of ``request``'s tools.
 
-    Raises InvalidRequest (param ``tool_choice``) for "required" or a named
-    function when the engine cannot constrain decoding.
+    "required" and a named function constrain decoding to a JSON Schema
+    (the engine's ``structured_output``).
     """
     if not request.tools:
         return ToolSetup(None, None, None)
@@ -84,14 +78,6 @@ def tool_setup(request: Any) -> ToolSetup:
         return ToolSetup(None, None, None)
     if choice == "auto":
         return ToolSetup(tools, ToolParsing(TAGGED, names, parallel), None)
-    if not structured_output_supported():
-        raise InvalidRequest(
-            "Invalid value for 'tool_choice': 'required' and named functions need "
-            "constrained decoding, which this server's engine does not provide; "
-            "use 'auto'.",
-            param="tool_choice",
-            code="unsupported_value",
-        )
     if choice == "required":
         schema = required_schema(request.tools, parallel=parallel)
         return ToolSetup(tools, ToolParsing(LIST, names, parallel), json_schema(schema))

@@ -155,11 +155,17 @@ async def test_abort_ends_cancelled_and_frees_the_kv_blocks(kind, engine, serve,
 
 @pytest.mark.asyncio
 async def test_requests_the_engine_refuses_end_failed(serve, prompt_ids):
-    """Bad sampling or a prompt too long: created, then failed with an invalid_request_error."""
+    """Bad sampling, a grammar only the model's vocabulary can judge, or a
+    prompt too long: created, then failed with an invalid_request_error."""
     bus, worker_bus = make_buses("memory")
     loop = serve(worker_bus)
+    no_such_token = {"type": "grammar", "grammar": "start: <[999999]>"}
     cases = [
         (_request(prompt_ids("Hi"), max_tokens=4, top_logprobs=3), "top_logprobs"),
+        (
+            _request(prompt_ids("Hi"), max_tokens=4, structured_output=no_such_token),
+            "structured_output",
+        ),
         (_request(prompt_ids("Hi"), max_tokens=4, frequency=1), None),
         (_request(list(range(100, 2100)), max_tokens=4), None),
     ]
@@ -170,6 +176,9 @@ async def test_requests_the_engine_refuses_end_failed(serve, prompt_ids):
         error = events[-1]["error"]
         assert (error["type"], error["param"]) == ("invalid_request_error", param)
         assert error["message"]
+    # Refused before anything was queued or allocated.
+    assert not loop.engine.has_unfinished_requests()
+    assert loop.engine.stats()["kv_blocks_used"] == 0
 
 
 @pytest.mark.asyncio

@@ -33,6 +33,11 @@ class CommonAttentionMetadata:
     # Device blocks of each sequence covering context + query tokens
     # (exactly ceil(kv_len / block_size) of them).
     block_tables: list[list[int]]
+    # The num_spec sequences after the decodes verify speculative drafts:
+    # a few query tokens after cached context. They are valid prefill
+    # chunks (FlashInfer runs them so); the torch backend runs each of
+    # their tokens as a decode row with its own key count.
+    num_spec: int = 0
     # Run batch-invariant kernels: a token's result must not depend on the
     # chunking, prefix-cache hits or the rest of the batch. Each backend's
     # metadata carries it on as ``deterministic``; the model reads it there

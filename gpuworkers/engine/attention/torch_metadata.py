@@ -45,8 +45,9 @@ class DecodeGroup:
 
 @dataclass(slots=True)
 class TorchAttentionMetadata:
-    """Layout of the flattened batch: ``num_decodes`` single tokens first,
-    then the prefill chunks.
+    """Layout of the flattened batch: ``num_decodes`` decode rows first
+    (single-token decodes, then each token of the verifications), then
+    the prefill chunks.
 
     In a deterministic step every query token is a "decode" row (its own
     query over the paged cache, ``decode_table_rows`` naming its
@@ -92,12 +93,21 @@ class TorchMetadataBuilder:
             self.plan(meta, dtype)
             return meta
         d = common.num_decodes
-        meta = TorchAttentionMetadata(num_decodes=d, slot_mapping=common.slot_mapping)
-        if d:
-            meta.decode_block_tables = _long(_pad(common.block_tables[:d]), device)
-            meta.decode_kv_lens = _long([common.kv_len(i) for i in range(d)], device)
-        query_start = d
-        for i in range(d, common.num_seqs):
+        tables = common.block_tables[:d]
+        lens = [common.kv_len(i) for i in range(d)]
+        for i in range(d, d + common.num_spec):
+            # A verification: token j sees the context and itself and the
+            # tokens before it, through its sequence's table (the K/V of
+            # every token in the step is written before attention).
+            for j in range(common.query_lens[i]):
+                tables.append(common.block_tables[i])
+                lens.append(common.context_lens[i] + j + 1)
+        meta = TorchAttentionMetadata(num_decodes=len(lens), slot_mapping=common.slot_mapping)
+        if lens:
+            meta.decode_block_tables = _long(_pad(tables), device)
+            meta.decode_kv_lens = _long(lens, device)
+        query_start = len(lens)
+        for i in range(d + common.num_spec, common.num_seqs):
             span = PrefillSpan(
                 query_start=query_start,
                 query_len=common.query_lens[i],

@@ -2,6 +2,7 @@
 
 For the whole batch, on the logits' device, in vLLM's order:
 
+0. structured output: tokens a row's grammar forbids get -inf (``grammar.py``);
 1. bad words, min_tokens and logit_bias (sparse edits, ``masks.py``);
 2. repetition, frequency and presence penalties (``penalties.py``);
 3. greedy rows (temperature 0) take the argmax of the result; the others
@@ -34,6 +35,7 @@ from __future__ import annotations
 import torch
 
 from gpuworkers.engine.sampling import truncation
+from gpuworkers.engine.sampling.grammar import apply_grammars, needs_grammar
 from gpuworkers.engine.sampling.logprobs import attach_logprobs
 from gpuworkers.engine.sampling.masks import apply_masks, needs_masks
 from gpuworkers.engine.sampling.penalties import apply_penalties
@@ -51,7 +53,8 @@ def sample(logits: torch.Tensor, samples) -> list[SampleResult]:
         samples: objects shaped like ``scheduling.batch.SampleInput``:
             ``row``, ``params``, ``seed``, ``num_output_tokens``, and for
             penalties / bad words / min_tokens ``token_ids``,
-            ``num_prompt_tokens``, ``bad_words_ids``, ``min_tokens_ids``.
+            ``num_prompt_tokens``, ``bad_words_ids``, ``min_tokens_ids``,
+            and ``grammar`` (a ``structured.GrammarState`` or None).
 
     Returns:
         One ``SampleResult`` per sample, in order; logprobs filled for the
@@ -68,11 +71,14 @@ def sample(logits: torch.Tensor, samples) -> list[SampleResult]:
 
 
 def process_logits(logits: torch.Tensor, samples) -> torch.Tensor:
-    """Steps 1 and 2: [len(samples), vocab] scores, one row per sample
+    """Steps 0 to 2: [len(samples), vocab] scores, one row per sample
     (``logits`` itself when nothing changes and the rows line up)."""
+    grammar = needs_grammar(samples)
     edits = any(needs_masks(s) for s in samples)
     penalties = any(s.params.uses_penalties for s in samples)
-    scores = _rows(logits, [s.row for s in samples], private=edits or penalties)
+    scores = _rows(logits, [s.row for s in samples], private=grammar or edits or penalties)
+    if grammar:
+        scores = apply_grammars(scores, samples)
     if edits:
         apply_masks(scores, samples)
     if penalties:

@@ -50,6 +50,10 @@ class ScheduledSeq:
     # The chunk ends at the sequence's last token (a decode, or a prompt's
     # last chunk): the runner computes logits for its last position.
     needs_logits: bool
+    # Speculative verification: the last ``num_drafts`` of token_ids are
+    # drafts (after the sequence's last token), and the runner computes
+    # logits at every position. Their slots are rolled back if rejected.
+    num_drafts: int = 0
 
     @property
     def num_new_tokens(self) -> int:
@@ -82,6 +86,13 @@ class SampleInput:
     min_tokens_ids: tuple[int, ...] = ()
     # The request's bad words as token sequences (shared, never changed).
     bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    # The choice's structured-output state (``structured.GrammarState``),
+    # not a copy: it advances only when the engine appends this step's
+    # token, after the runner has returned.
+    grammar: object | None = None
+    # In a verification: the position among its 1 + k (the draw after j
+    # drafts, as if they had been accepted); 0 otherwise.
+    spec_index: int = 0
 
 
 @dataclass(slots=True)
@@ -105,8 +116,8 @@ class ScheduledBatch:
     """One engine step: cache operations, then one forward pass, then sampling."""
 
     # Single-token rows (decodes) first, by context length so that the
-    # torch backend's gather path pads less; then prefill chunks, in the
-    # order they were served.
+    # torch backend's gather path pads less; then verifications (a decode
+    # with its drafts); then prefill chunks, in the order they were served.
     seqs: list[ScheduledSeq] = field(default_factory=list)
     # Tokens to sample, in row order; the runner returns one result each.
     samples: list[SampleInput] = field(default_factory=list)
@@ -139,17 +150,25 @@ class ScheduledBatch:
         return count
 
     @property
+    def num_verifications(self) -> int:
+        """Sequences verifying drafts (they follow the decodes)."""
+        return sum(1 for item in self.seqs if item.num_drafts)
+
+    @property
     def is_empty(self) -> bool:
         return not (self.seqs or self.cache_ops)
 
 
-def snapshot(seq: Sequence, num_new: int, block_size: int) -> ScheduledSeq:
+def snapshot(
+    seq: Sequence, num_new: int, block_size: int, drafts: list[int] | None = None
+) -> ScheduledSeq:
     """Copy what the runner needs to compute ``seq``'s next ``num_new``
-    tokens; its blocks for them must be allocated already."""
+    tokens (a decode and its ``drafts`` to verify); its blocks for them
+    must be allocated already."""
     start = seq.num_computed_tokens
-    end = start + num_new
+    end = start + num_new + len(drafts or ())
     table = seq.block_table
-    if num_new == 1:
+    if end - start == 1:
         # Most of a step's sequences are decodes: one slot, no loop.
         block, offset = divmod(start, block_size)
         slots = [table[block] * block_size + offset]
@@ -157,11 +176,12 @@ def snapshot(seq: Sequence, num_new: int, block_size: int) -> ScheduledSeq:
         slots = [table[p // block_size] * block_size + p % block_size for p in range(start, end)]
     return ScheduledSeq(
         seq.seq_id,
-        seq.token_ids[start:end],
+        seq.token_ids[start : start + num_new] + list(drafts or ()),
         range(start, end),
         table[: -(-end // block_size)],
         slots,
-        end == seq.num_tokens,
+        start + num_new == seq.num_tokens,
+        len(drafts or ()),
     )
 
 
@@ -189,22 +209,35 @@ def assemble(picked: list[tuple[ScheduledSeq, Sequence]], cache_ops: CacheOps) -
             # from the same logits, then fork off its blocks.
             batch.forks.append(seq.seq_id)
             choices = request.seqs
+        if item.num_drafts:
+            # One draw per verified position, each with the inputs the plain
+            # sampler would use there had the drafts before it been emitted
+            # (penalties, bad words, min_tokens and the draw index see them).
+            drafts = item.token_ids[1:]
+            for j in range(item.num_drafts + 1):
+                batch.samples.append(_sample_input(row + j, seq, drafts[:j]))
+            row += item.num_drafts + 1
+            continue
         for choice in choices:
             batch.samples.append(_sample_input(row, choice))
         row += 1
     return batch
 
 
-def _sample_input(row: int, seq: Sequence) -> SampleInput:
+def _sample_input(row: int, seq: Sequence, drafts: list[int] | None = None) -> SampleInput:
     request = seq.request
     params = request.params
-    sample = SampleInput(row, seq.seq_id, params, seq.seed, seq.num_output_tokens)
+    ahead = len(drafts) if drafts else 0
+    num_output = seq.num_output_tokens + ahead
+    sample = SampleInput(row, seq.seq_id, params, seq.seed, num_output, spec_index=ahead)
+    # Never with drafts: a request with a grammar does not speculate.
+    sample.grammar = seq.grammar
     if params.uses_penalties or request.bad_words_ids:
         # A copy: the scheduler appends to token_ids once the step is done.
-        sample.token_ids = list(seq.token_ids)
+        sample.token_ids = seq.token_ids + drafts if drafts else list(seq.token_ids)
         sample.num_prompt_tokens = seq.num_prompt_tokens
         sample.bad_words_ids = request.bad_words_ids
-    if seq.num_output_tokens < params.min_tokens:
+    if num_output < params.min_tokens:
         sample.min_tokens_ids = request.min_tokens_ids
     return sample
 
@@ -223,8 +256,10 @@ def _want_prompt_logprobs(batch: ScheduledBatch, index: int, item: ScheduledSeq,
         )
 
 
-def _layout_key(picked: tuple[ScheduledSeq, Sequence]) -> tuple[bool, int]:
+def _layout_key(picked: tuple[ScheduledSeq, Sequence]) -> tuple[int, int]:
     item = picked[0]
     if len(item.token_ids) == 1:
-        return (False, item.positions.start)
-    return (True, 0)
+        return (0, item.positions.start)
+    if item.num_drafts:
+        return (1, item.positions.start)
+    return (2, 0)

@@ -32,6 +32,7 @@ from gpuworkers.engine.scheduling.policy import (
     SchedulingPolicy,
 )
 from gpuworkers.engine.sequence import Sequence, SequenceStatus
+from gpuworkers.engine.spec import Speculator, num_accepted
 
 
 def make_policy(config: EngineConfig, capacity: Capacity) -> SchedulingPolicy:
@@ -55,6 +56,7 @@ class Scheduler:
         self.capacity = Capacity(config, kv, max_model_len)
         self.policy = make_policy(config, self.capacity)
         self.queues = Queues()
+        self.speculator = Speculator(config)
         # Every sequence the scheduler may still schedule, by id: the batch
         # names sequences by id only.
         self.seqs: dict[int, Sequence] = {}
@@ -117,7 +119,10 @@ class Scheduler:
         self.running.sort(key=self.policy.serving_key())
         budget, preempted = self._serve_running(picked, ops, budget)
         if not preempted:
-            self._start_queued(picked, ops, budget)
+            # Drafts only take what is left: never budget or blocks that
+            # running work or admissions wanted (and none under pressure).
+            budget = self._start_queued(picked, ops, budget)
+            self._add_drafts(picked, budget)
         return self._batch(picked, ops)
 
     def _reclaim(self, claim: Sequence, ops: CacheOps) -> None:
@@ -163,16 +168,38 @@ class Scheduler:
                 i += 1
         return budget, preempted
 
-    def _start_queued(self, picked, ops: CacheOps, budget: int) -> None:
-        """Swap-ins and admissions, in the policy's order, within the budget."""
+    def _start_queued(self, picked, ops: CacheOps, budget: int) -> int:
+        """Swap-ins and admissions, in the policy's order, within the
+        budget; returns the budget left."""
         while budget > 0:
             seq = self.policy.next_to_admit()
             if seq is None:
-                return
+                break
             limit = min(budget, self.policy.chunk_cap(seq, budget))
             num_new = self._start(seq, limit, picked, ops)
             self.policy.admitted(seq, num_new)
             budget -= num_new
+        return budget
+
+    def _add_drafts(self, picked, budget: int) -> None:
+        """Turn decodes into verifications of n-gram drafts (engine/spec/),
+        within ``budget`` and the free blocks, if the step is small enough."""
+        decodes = [i for i, (item, _) in enumerate(picked) if item.num_new_tokens == 1]
+        if budget < 1 or not self.speculator.step_allows(len(decodes)):
+            return
+        for i in decodes:
+            seq = picked[i][1]
+            drafts = self.speculator.propose(seq, budget, self.max_model_len)
+            # The decode's own slot (and any copy-on-write) is in place: this
+            # only adds blocks for the drafts, given back in on_step_done.
+            if not drafts or not self.kv.can_append(seq, 1 + len(drafts)):
+                continue
+            self.kv.append_slots(seq, 1 + len(drafts))
+            self.policy.on_scheduled(seq, len(drafts))
+            picked[i] = (snapshot(seq, 1, self.kv.block_size, drafts), seq)
+            budget -= len(drafts)
+            if budget < 1:
+                return
 
     def _start(self, seq: Sequence, limit: int, picked, ops: CacheOps) -> int:
         """Start a queued ``seq`` with up to ``limit`` tokens; 0 if it does not fit."""
@@ -234,33 +261,65 @@ class Scheduler:
                 seq.request.first_scheduled_time = now
         return assemble(picked, ops)
 
-    def on_step_done(self, batch: ScheduledBatch, sampled_token_ids: list[int]) -> list[Sequence]:
+    def on_step_done(
+        self, batch: ScheduledBatch, sampled_token_ids: list[int]
+    ) -> list[tuple[Sequence, int]]:
         """Finish a step with the runner's sampled tokens (one per
-        ``batch.samples``): advance computed counts, publish newly full
+        ``batch.samples``): keep each verification's accepted drafts and
+        roll back the rest, advance computed counts, publish newly full
         blocks to the prefix cache, fork the choices of finished prompts,
         append the tokens.
 
         Returns:
-            The sequence that received each token, in ``batch.samples`` order.
+            (sequence, index in ``batch.samples``) of each emitted token, in
+            samples order: every sample's, except a verification's targets
+            after its first rejected draft.
         """
         if len(sampled_token_ids) != len(batch.samples):
             raise ValueError(
                 f"{len(sampled_token_ids)} sampled tokens for {len(batch.samples)} samples"
             )
+        accepted = self._verify(batch, sampled_token_ids)
         for item in batch.seqs:
             seq = self.seqs.get(item.seq_id)
             if seq is None or seq.is_finished:
                 continue
-            seq.num_computed_tokens += len(item.token_ids)
-            self.kv.register_full_blocks(seq, len(item.token_ids))
+            computed = len(item.token_ids)
+            if item.num_drafts:
+                # Accepted drafts are verified tokens now, K/V included;
+                # only they count, so no block holding a rejected draft is
+                # ever registered, and trim() frees the blocks past them.
+                kept = accepted[item.seq_id]
+                seq.token_ids.extend(item.token_ids[1 : 1 + kept])
+                computed = 1 + kept
+            seq.num_computed_tokens += computed
+            self.kv.register_full_blocks(seq, computed)
+            if item.num_drafts:
+                self.kv.trim(seq)
+                self.speculator.record(seq, item.num_drafts, kept)
         for parent_id in batch.forks:
             self._fork_choices(self.seqs[parent_id])
-        receivers = []
-        for sample, token in zip(batch.samples, sampled_token_ids, strict=True):
+        emitted = []
+        for index, (sample, token) in enumerate(zip(batch.samples, sampled_token_ids, strict=True)):
             seq = self.seqs[sample.seq_id]
-            seq.token_ids.append(token)
-            receivers.append(seq)
-        return receivers
+            kept = accepted.get(sample.seq_id)
+            if kept is not None and sample.spec_index > kept:
+                continue  # after a rejected draft: drawn from a context that never was
+            if kept is None or sample.spec_index == kept:
+                seq.token_ids.append(token)  # accepted drafts were appended above
+            emitted.append((seq, index))
+        return emitted
+
+    def _verify(self, batch: ScheduledBatch, tokens: list[int]) -> dict[int, int]:
+        """Accepted drafts per verifying sequence id (spec/acceptance.py)."""
+        drafts = {item.seq_id: item.token_ids[1:] for item in batch.seqs if item.num_drafts}
+        if not drafts:
+            return {}
+        targets: dict[int, list[int]] = {seq_id: [] for seq_id in drafts}
+        for sample, token in zip(batch.samples, tokens, strict=True):
+            if sample.seq_id in targets:
+                targets[sample.seq_id].append(token)
+        return {seq_id: num_accepted(d, targets[seq_id]) for seq_id, d in drafts.items()}
 
     def _fork_choices(self, parent: Sequence) -> None:
         """The n - 1 sibling choices share the parent's computed prompt

@@ -58,9 +58,9 @@ def fake_step(scheduler, kv):
     return tokens
 
 
-def finish(scheduler, receivers):
-    for seq in receivers:
-        if seq.num_output_tokens >= seq.request.params.max_tokens:
+def finish(scheduler, emitted):
+    for seq, _ in emitted:
+        if not seq.is_finished and seq.num_output_tokens >= seq.request.params.max_tokens:
             scheduler.remove(seq)
             seq.status = SequenceStatus.FINISHED
 

@@ -53,8 +53,8 @@ def fair_policy(num_blocks=64, max_num_seqs=8, **options):
 
 def step(scheduler):
     out = scheduler.schedule()
-    for s in scheduler.on_step_done(out, [7] * len(out.samples)):
-        if s.num_output_tokens >= s.request.params.max_tokens:
+    for s, _ in scheduler.on_step_done(out, [7] * len(out.samples)):
+        if not s.is_finished and s.num_output_tokens >= s.request.params.max_tokens:
             scheduler.remove(s)
             s.status = SequenceStatus.FINISHED
     return out

@@ -37,10 +37,10 @@ def add(scheduler, prompt, max_tokens=4, priority=0, salt=None, n=1):
 
 def fake_step(scheduler, kv, token=7):
     out = scheduler.schedule()
-    receivers = scheduler.on_step_done(out, [token] * len(out.samples))
+    emitted = scheduler.on_step_done(out, [token] * len(out.samples))
     finished = []
-    for seq in receivers:
-        if seq.num_output_tokens >= seq.request.params.max_tokens:
+    for seq, _ in emitted:
+        if not seq.is_finished and seq.num_output_tokens >= seq.request.params.max_tokens:
             scheduler.remove(seq)
             seq.status = SequenceStatus.FINISHED
             finished.append(seq)

@@ -11,7 +11,6 @@ from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
 from inference.relay import drain_background
-from inference.tool_calls.setup import structured_output_supported
 from tests.inference.asgi_client import sdk_client
 from tests.inference.conftest import DEMO, ScriptedWorker, auth
 from wire.bus import reset_buses
@@ -133,18 +132,6 @@ def test_bad_tool_parameters_are_400_naming_them(client, pro_key, worker_factory
     assert worker.received == []
 
 
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(structured_output_supported(), reason="the engine constrains decoding")
-def test_required_without_constrained_decoding_is_400_and_reaches_no_worker(
-    client, pro_key, worker_factory
-):
-    worker = worker_factory()
-    response = post(client, pro_key, tools=[WEATHER], tool_choice="required")
-    assert response.status_code == 400
-    assert json.loads(response.content)["error"]["param"] == "tool_choice"
-    assert worker.received == []
-
-
 @pytest.fixture
 def canned(memory_bus):
     worker = CannedWorker(worker_id="canned-worker").start()
@@ -257,10 +244,6 @@ async def test_real_model_auto_and_none_answer_in_openais_shape(real_engine, pro
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("close_db_threads")
-@pytest.mark.skipif(
-    not structured_output_supported(),
-    reason="needs the engine's structured_output (constrained decoding, branch h-structured)",
-)
 async def test_real_model_required_and_named_always_call(real_engine, pro_key):
     """Constrained decoding makes the call certain: required yields a declared
     tool with JSON object arguments, named yields that tool."""

@@ -1,10 +1,7 @@
 """What each tool_choice asks of the prompt, the sampler and the parser."""
 
-import pytest
-
-from inference.errors import InvalidRequest
 from inference.schemas import ChatCompletionRequest
-from inference.tool_calls.setup import structured_output_supported, tool_setup
+from inference.tool_calls.setup import tool_setup
 
 WEATHER = {
     "type": "function",
@@ -44,22 +41,7 @@ def test_none_renders_no_tools_and_reads_plain_text():
     assert (setup.template_tools, setup.parsing, setup.structured_output) == (None, None, None)
 
 
-@pytest.mark.skipif(structured_output_supported(), reason="the engine constrains decoding")
-def test_required_and_named_are_refused_without_constrained_decoding():
-    for choice in ("required", {"type": "function", "function": {"name": "add"}}):
-        with pytest.raises(InvalidRequest) as caught:
-            tool_setup(request(tool_choice=choice))
-        assert caught.value.param == "tool_choice"
-
-
-@pytest.fixture
-def constrained(monkeypatch):
-    # The schema each tool_choice asks for is ours whatever the engine; the
-    # engine's support is exercised by test_api's end-to-end test.
-    monkeypatch.setattr("inference.tool_calls.setup.structured_output_supported", lambda: True)
-
-
-def test_required_asks_for_a_list_of_name_and_arguments_per_tool(constrained):
+def test_required_asks_for_a_list_of_name_and_arguments_per_tool():
     setup = tool_setup(request(tool_choice="required", parallel_tool_calls=False))
     assert setup.parsing.mode == "list" and setup.parsing.parallel is False
     assert setup.structured_output == {
@@ -101,7 +83,7 @@ def test_required_asks_for_a_list_of_name_and_arguments_per_tool(constrained):
     assert "maxItems" not in parallel.structured_output["schema"]
 
 
-def test_a_named_function_asks_for_its_parameters(constrained):
+def test_a_named_function_asks_for_its_parameters():
     setup = tool_setup(
         request(tool_choice={"type": "function", "function": {"name": "get_weather"}})
     )

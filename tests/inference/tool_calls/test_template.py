@@ -80,4 +80,4 @@ def test_a_request_without_tools_renders_with_the_models_own_template(demo_model
     prepared = chat_prompt_prepare(request=request, model=demo_model, tier=tiers["pro"])
     tokenizer = load_tokenizer(str(served_model_dir(model=demo_model)))
     assert prepared.prompt_token_ids == apply_chat_template(tokenizer, messages)
-    assert prepared.tool_parsing is None and "structured_output" not in prepared.sampling
+    assert prepared.tool_parsing is None and prepared.sampling["structured_output"] is None
