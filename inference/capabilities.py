@@ -4,7 +4,8 @@ One source for the ``features`` clients read: the endpoints every model
 serves here, and per model what its chat template allows. ``tools`` is
 listed when the request path can render tools for the model
 (``inference.tool_calls.template.tools_template``: a template of its own
-that renders tools, or a ChatML one, for which ours is used).
+that renders tools, or a ChatML one, for which ours is used). ``json_schema``: the engine's
+grammar-constrained decoding, the same for every model.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from inference.errors import InvalidRequest
 from inference.tool_calls.template import tools_template
 
 # Served for every model by this request path.
-BASE_FEATURES = ("chat", "completions", "responses", "logprobs")
+BASE_FEATURES = ("chat", "completions", "responses", "logprobs", "json_schema")
 
 
 def model_features(model: ServedModel) -> list[str]:

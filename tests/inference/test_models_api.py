@@ -135,7 +135,14 @@ def test_model_entries_carry_context_length_and_features(client, api_key_factory
     entries = {m["id"]: m for m in body["data"]}
     assert entries[DEMO]["max_model_len"] == 8192 and entries["pro-only"]["max_model_len"] == 4096
     # The demo model's ChatML template takes our tools template.
-    assert entries[DEMO]["features"] == ["chat", "completions", "responses", "logprobs", "tools"]
+    assert entries[DEMO]["features"] == [
+        "chat",
+        "completions",
+        "responses",
+        "logprobs",
+        "json_schema",
+        "tools",
+    ]
     # A model whose files are not on this host promises no tools.
     one = json.loads(client.get("/v1/models/pro-only", **auth(key)).content)
     assert "tools" not in one["features"] and one["max_model_len"] == 4096
