@@ -37,7 +37,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -168,10 +167,13 @@ class Topology:
         return done.returncode == 0
 
     def postgres_stop(self) -> None:
-        # Fast shutdown: clients disconnected, a checkpoint, then exit.
-        proc = self.procs["postgres"]
-        proc.send_signal(signal.SIGINT)
-        proc.wait(60)
+        # Fast shutdown: clients disconnected, a checkpoint, then exit. Through
+        # pg_ctl: runuser does not pass SIGINT on to the postmaster.
+        pg_ctl = [str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "pg"), "stop", "-m", "fast", "-w"]
+        subprocess.run(
+            self._as_postgres(pg_ctl), cwd=self.dir / "pg", check=True, capture_output=True
+        )
+        self.procs["postgres"].wait(60)
 
     def redis_start(self) -> None:
         cmd = [
