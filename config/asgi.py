@@ -44,6 +44,11 @@ if settings.USAGE_SETTLER_IN_PROCESS:
 
     settler.start()
 
+# Under Daphne, SIGTERM drains open responses before the process stops.
+from config import shutdown  # noqa: E402
+
+shutdown.install()
+
 application = ProtocolTypeRouter(
     {
         # The console's few CSS/JS files, served without blocking the loop.

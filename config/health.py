@@ -8,6 +8,8 @@ Three checks, each reported by name so an operator sees which one failed:
 - ``redis``: the bus answers (embedded mode has no Redis: ``embedded``).
 - ``workers``: every served model has at least one READY worker. Served
   models are the control snapshot's catalog, else the active rows.
+- ``draining``: present (true) once the process is shutting down
+  (``inference.drain``): not ready, whatever the others say.
 
 Liveness (``/healthz``) checks nothing: a process that can answer is alive.
 """
@@ -25,6 +27,7 @@ from django.db import DatabaseError, connection
 from fleet.fallback import db_mark_down, db_marked_down
 from fleet.selectors import served_model_list_active
 from fleet.snapshot import asnapshot_current
+from inference.drain import draining
 from wire.bus import BusUnavailable, get_bus
 from wire.workers import WorkerState
 
@@ -54,8 +57,11 @@ async def readiness() -> Readiness:
         "redis": redis,
         "workers": ready_by_model,
     }
+    if draining():
+        checks["draining"] = True
     ready = (
-        database in ("ok", "fallback")
+        not draining()
+        and database in ("ok", "fallback")
         and redis in ("ok", "embedded")
         and bool(models)
         and all(ready_by_model.values())

@@ -416,6 +416,10 @@ WORKER_HEARTBEAT_TTL = env_int("WORKER_HEARTBEAT_TTL", 6)
 # Seconds a gpuworker on SIGTERM lets running requests finish before it
 # ends them failed (worker_shutdown) and exits.
 WORKER_DRAIN_SECONDS = env_int("WORKER_DRAIN_SECONDS", 30)
+# Seconds a web (Daphne) process on SIGTERM lets its open responses stream
+# on before it ends them with a server_shutdown error and exits
+# (inference.drain, config.shutdown).
+WEB_DRAIN_SECONDS = env_int("WEB_DRAIN_SECONDS", 30)
 # How long a finished response's event stream stays readable for resumes.
 RESPONSE_STREAM_TTL = env_int("RESPONSE_STREAM_TTL", 600)
 # Seconds a response stream may go without any event before the web tier

@@ -55,6 +55,9 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 # Background tasks must be referenced until done: the event loop keeps only
 # weak references, and a collected task would drop a usage record.
 _background: set[asyncio.Task] = set()
+# The taps still reading their response's events: what a graceful shutdown
+# waits for, and ends at its deadline (inference.drain).
+_open_taps: set[ResponseTap] = set()
 
 
 # A filter over a response's events (inference.moderation.reply_guard).
@@ -68,11 +71,21 @@ def spawn(coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
     return task
 
 
-async def drain_background(timeout: float = 30.0) -> None:
-    """Wait for the relay's background tasks (tests, graceful shutdown)."""
+async def drain_background(timeout: float = 30.0) -> bool:
+    """Wait for the relay's background tasks (tests, graceful shutdown).
+
+    Returns whether all of them ended within ``timeout``.
+    """
     pending = [t for t in _background if not t.done()]
     if pending:
-        await asyncio.wait(pending, timeout=timeout)
+        _, still = await asyncio.wait(pending, timeout=timeout)
+        return not still
+    return True
+
+
+def open_taps() -> list[ResponseTap]:
+    """The responses of this process whose terminal event has not come yet."""
+    return list(_open_taps)
 
 
 def route_cache_key(response_id: str) -> str:
@@ -120,6 +133,7 @@ class ResponseTap:
         "_ended",
         "_abort",
         "_guard",
+        "_ledger",
     )
 
     def __init__(
@@ -147,6 +161,7 @@ class ResponseTap:
         self._leases = leases
         self._ended = False
         self._abort = abort_on_abandon
+        self._ledger = UsageLedger()
         self.task: asyncio.Task | None = None
 
     @classmethod
@@ -169,6 +184,8 @@ class ResponseTap:
             guard=guard,
         )
         tap.task = spawn(tap._run())
+        _open_taps.add(tap)
+        tap.task.add_done_callback(lambda _: _open_taps.discard(tap))
         return tap
 
     async def _run(self) -> None:
@@ -183,7 +200,7 @@ class ResponseTap:
 
     async def _relay(self) -> str:
         """Read the events through the terminal one; returns its type."""
-        ledger = UsageLedger()
+        ledger = self._ledger
         terminal = None
         events = stream_events(self.route.response_id, worker_id=self.route.worker_id)
         if self._guard is not None:
@@ -203,7 +220,8 @@ class ResponseTap:
         except asyncio.CancelledError:
             # Shutting down, or a resume reader whose client left: readers
             # must still see an ending, never hang.
-            self._end(terminal or _interrupted(ledger))
+            if not self._ended:
+                self._end(terminal or _interrupted(ledger))
             raise
         except Exception:
             logger.exception("Reading the events of %s failed", self.route.response_id)
@@ -252,6 +270,29 @@ class ResponseTap:
         except TimeoutError:
             return None
 
+    def shut_down(self) -> None:
+        """This process is stopping: end the client's stream now with an
+        explicit ``server_shutdown`` error and abort the generation.
+
+        The tap goes on reading until the worker's ``cancelled`` ending and
+        records its usage from it, as for a client that left; if the process
+        stops first, the worker's usage entry records it (the settler).
+        """
+        if self._ended:
+            return
+        self._end(
+            _interrupted(
+                self._ledger,
+                message="The server is shutting down; the response was stopped.",
+                code="server_shutdown",
+            )
+            | {"local": True}
+        )
+        if self._abort:
+            spawn(_cancel_quietly(self.route))
+        elif self.task is not None:
+            self.task.cancel()
+
     def abandon(self) -> None:
         """The client left before the end: abort the generation (or stop reading)."""
         if self._ended:
@@ -262,12 +303,17 @@ class ResponseTap:
             self.task.cancel()
 
 
-def _interrupted(ledger: UsageLedger) -> dict[str, Any]:
+def _interrupted(
+    ledger: UsageLedger,
+    *,
+    message: str = "The response stream was interrupted",
+    code: str = "stream_interrupted",
+) -> dict[str, Any]:
     """A ``failed`` ending for a stream that could not be read to its end."""
     usage = usage_body(
         prompt_tokens=ledger.prompt_tokens, completion_tokens=ledger.completion_tokens
     )
-    error = error_body("The response stream was interrupted", code="stream_interrupted")
+    error = error_body(message, code=code)
     return terminal_event(EventType.FAILED, ledger.last_seq + 1, usage=usage, error=error)
 
 
@@ -286,6 +332,8 @@ def failed_error(event: dict[str, Any]) -> APIError:
         return ServiceUnavailable(
             "The response was cancelled before it finished.", code="cancelled"
         )
+    if error.get("code") == "server_shutdown":
+        return ServiceUnavailable(message, code="server_shutdown")
     if error.get("type") == "invalid_request_error":
         return InvalidRequest(message, param=error.get("param"), code=error.get("code"))
     return ServerError(message, code=error.get("code"))
@@ -378,15 +426,16 @@ async def _sse_body(
                 seq = int(event["seq"])
                 payloads = frames.payloads(event)
                 terminal = event["type"] in TERMINAL_EVENTS
-                if seq > after_seq:
+                if seq > after_seq or event.get("local"):
                     data = [json.dumps(p, separators=(",", ":")) for p in payloads]
                     names = [p.get("type") if encoding.named_events else None for p in payloads]
                     if terminal and encoding.done_marker:
                         data.append("[DONE]")
                         names.append(None)
-                    yield encode_frames(
-                        data, seq if encoding.resumable else None, event_names=names
-                    )
+                    # A web-made ending (shutdown) is no bus event: no id a
+                    # resume could skip past the real ones with.
+                    framed_seq = seq if encoding.resumable and not event.get("local") else None
+                    yield encode_frames(data, framed_seq, event_names=names)
                 if terminal:
                     return
             event = await tap.next_event(KEEPALIVE_SECONDS)

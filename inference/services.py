@@ -35,7 +35,7 @@ from fleet.models import ServedModel
 from fleet.routing import conversation_routing_key
 from fleet.selectors import catalog_model_get, served_model_dir
 from gpuworkers.engine.tokenizer import load_tokenizer
-from inference import metrics
+from inference import drain, metrics
 from inference.admission import QueueWaitExceeded
 from inference.dispatch import NoWorkerAvailable, dispatch_request
 from inference.errors import (
@@ -183,6 +183,7 @@ class Attribution:
     regenerated: bool
 
 
+@drain.admitting
 async def completion_start(
     *,
     tenant: Tenant,
@@ -337,6 +338,7 @@ async def _dispatch(
     )
 
 
+@drain.admitting
 async def chat_completion_resume(*, api_key: ApiKey, response_id: str) -> ResponseTap:
     """A reader of an earlier response's events, from its first one.
 

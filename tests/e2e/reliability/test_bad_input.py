@@ -34,7 +34,7 @@ CASES = [
     (b'{"model": "x", "messages": [', 400, None, "invalid_json"),
     (b'{"model": "\xc3\x28", "messages": []}', 400, None, "invalid_json"),
     (b"[" * 200_000, 400, None, "invalid_json"),
-    (body(messages=[{"role": "tool", "content": "x"}]), 400, "messages[0].role", None),
+    (body(messages=[{"role": "robot", "content": "x"}]), 400, "messages[0].role", None),
     (body(messages=[{"role": "user", "content": "\ud800"}]), 400, "messages[0].content", None),
     (body(n=9), 400, "n", "value_above_max_value"),
     (body(max_tokens=-1), 400, "max_tokens", "value_below_min_value"),
