@@ -10,10 +10,10 @@ peer comparison).
 
 import time
 
-# The engine package before torch: it sets the OpenMP wait policy.
-from gpuworkers.engine import LLMEngine, SamplingParams  # isort: skip
-from gpuworkers.engine.convert_gguf import ensure_demo_model  # isort: skip
 import torch
+
+from gpuworkers.engine import LLMEngine, SamplingParams
+from gpuworkers.engine.convert_gguf import ensure_demo_model
 
 torch.set_num_threads(2)
 e = LLMEngine.from_pretrained(ensure_demo_model(), dtype="bfloat16", max_model_len=2048)

@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import socket
 import statistics
 import subprocess
@@ -39,6 +40,8 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+# One per bench run: the topology's processes must agree on it.
+BENCH_SECRET_KEY = "bench-" + secrets.token_urlsafe(32)
 MODEL = "smollm2-135m-instruct"
 PROMPTS = [
     "Name three colors.",
@@ -104,6 +107,9 @@ class Topology:
             LOG_LEVEL="WARNING",
             DJANGO_DEBUG="0",
         )
+        # Local mode, as bin/run sets it: loopback hosts, no Redis password.
+        env.setdefault("DJANGO_ENV", "local")
+        env.setdefault("DJANGO_SECRET_KEY", BENCH_SECRET_KEY)
         return env
 
     def _start(self, name: str, cmd: list[str]) -> subprocess.Popen:
@@ -218,6 +224,9 @@ def create_tenant_key(*, max_concurrent: int) -> str:
     from django.forms.models import model_to_dict
 
     from fleet.services import served_model_register
+    from safety.models import TierSafetyPolicy
+    from safety.policy import DEFAULT_BOUNDS
+    from safety.services import tenant_safety_policy_update
     from tenants.models import Tier
     from tenants.services import api_key_create, tenant_create, tier_seed_defaults
 
@@ -232,11 +241,20 @@ def create_tenant_key(*, max_concurrent: int) -> str:
         # 2 cores; the bench measures the queue instead.
         queue_sla_seconds=3600,
     )
-    Tier.objects.update_or_create(name="bench-load", defaults=base)
+    tier, _ = Tier.objects.update_or_create(name="bench-load", defaults=base)
+    # The enterprise tier's safety bounds, within which the tenant flags
+    # what the classifier scores instead of refusing it: random-token
+    # prompts (vLLM's random dataset) now and then score "offensive" (0.89
+    # seen), and a throughput bench must not lose requests to that. The
+    # checks still run on every prompt, so their cost is measured.
+    TierSafetyPolicy.objects.update_or_create(
+        tier=tier, defaults=asdict(DEFAULT_BOUNDS["enterprise"])
+    )
     served_model_register(name=MODEL, context_length=8192)
     tenant = tenant_create(
         name=f"bench-load-{os.getpid()}-{time.time_ns()}", tier_name="bench-load"
     )
+    tenant_safety_policy_update(tenant=tenant, classifier_action="flag", deny_action="flag")
     return api_key_create(tenant=tenant, name="load")[1]
 
 

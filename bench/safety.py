@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import secrets
 import statistics
 import subprocess
 import sys
@@ -61,13 +60,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 class SafetyTopology(Topology):
     """bench.load's topology with the paced worker instead of a gpuworker."""
-
-    def env(self) -> dict[str, str]:
-        # Local mode, as bin/run sets it: loopback hosts, no Redis password.
-        env = super().env()
-        env.setdefault("DJANGO_ENV", "local")
-        env.setdefault("DJANGO_SECRET_KEY", "bench-" + secrets.token_urlsafe(32))
-        return env
 
     def start(self) -> None:
         port = self.redis_url.rsplit(":", 1)[1].split("/")[0]

@@ -102,10 +102,9 @@ def decode_figures(steps: list[tuple[int, float, float]]) -> dict:
 def main() -> None:
     args = runner_args(__doc__)
     set_thread_env(args.threads)
-    # The engine package first: it sets the OpenMP wait policy the engine
-    # runs with in production, which must precede torch's import.
-    from gpuworkers.engine import LLMEngine, SamplingParams  # isort: skip
     import torch
+
+    from gpuworkers.engine import LLMEngine, SamplingParams
 
     torch.set_num_threads(args.threads)
     workload = Workload.from_json(args.workload)
