@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference.openai_format import UsageLedger, cancelled_error, token_logprobs
+from inference.openai_format import UsageLedger, cancelled_error, stream_chunk, token_logprobs
 from wire.events import TERMINAL_EVENTS, EventType
 
 
@@ -95,17 +95,7 @@ class CompletionFrames:
     prompt_entries: dict[int, list | None] = field(default_factory=dict)
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        chunk = {
-            "id": self.response_id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        }
-        if self.include_usage:
-            chunk["usage"] = None
-        chunk.update(extra)
-        return chunk
+        return stream_chunk(self, "text_completion", choices, extra)
 
     def _prompt_index(self, index: int) -> int:
         # Choices are numbered prompt_index * n + j (n choices per prompt).

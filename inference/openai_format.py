@@ -114,6 +114,25 @@ def cancelled_error() -> dict[str, Any]:
     }
 
 
+def stream_chunk(
+    stream: Any, kind: str, choices: list[dict[str, Any]], extra: dict[str, Any]
+) -> dict[str, Any]:
+    """One streamed payload of ``kind`` for ``stream`` (its id, created and
+    model); ``usage: null`` on every chunk but the last when the client
+    asked for the usage chunk, as OpenAI sends it."""
+    chunk = {
+        "id": stream.response_id,
+        "object": kind,
+        "created": stream.created,
+        "model": stream.model,
+        "choices": choices,
+    }
+    if stream.include_usage:
+        chunk["usage"] = None
+    chunk.update(extra)
+    return chunk
+
+
 @dataclass(slots=True)
 class ChunkStream:
     """Maps one response's events to ``chat.completion.chunk`` payloads.
@@ -133,17 +152,7 @@ class ChunkStream:
     finished: set[int] = field(default_factory=set)
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        chunk = {
-            "id": self.response_id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": choices,
-        }
-        if self.include_usage:
-            chunk["usage"] = None
-        chunk.update(extra)
-        return chunk
+        return stream_chunk(self, "chat.completion.chunk", choices, extra)
 
     def payloads(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         """The payloads for one event; ``{"error": ...}`` for a failed ending."""

@@ -27,6 +27,7 @@ from tests.gpuworkers.conftest import engine
 from tests.helpers import async_wait_until
 from tests.inference.asgi_client import asgi_post, sse_events
 from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
+from tests.serving import serving_worker
 from tests.tracing_helpers import prefill_chunks_of_trace, recorded_spans, spans_of_trace
 from wire import logs
 from wire.bus import get_worker_bus
@@ -44,13 +45,8 @@ WEB_SPANS = {"POST /v1/chat/completions", "dispatch", "bus.submit", "relay", "us
 @pytest.fixture
 def worker(engine, memory_bus):
     """The demo engine serving the catalog's demo model on the in-process bus."""
-    loop = WorkerLoop(engine, get_worker_bus(), f"trace-worker-{uuid.uuid4().hex[:6]}", DEMO)
-    thread = threading.Thread(target=loop.run, daemon=True)
-    thread.start()
-    assert loop.ready.wait(60) and not loop.stopped.is_set()
-    yield loop
-    loop.request_stop()
-    thread.join(30)
+    with serving_worker(engine, DEMO, "trace-worker") as loop:
+        yield loop
 
 
 @pytest.fixture

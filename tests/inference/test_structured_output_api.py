@@ -26,6 +26,7 @@ from gpuworkers.worker import WorkerLoop
 from tests.gpuworkers.conftest import engine
 from tests.inference.asgi_client import sdk_client
 from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
+from tests.serving import serving_worker
 from wire.bus import get_worker_bus
 
 pytestmark = [
@@ -55,13 +56,8 @@ CITY = {
 
 @pytest.fixture
 def worker(engine, memory_bus):
-    loop = WorkerLoop(engine, get_worker_bus(), f"structured-{uuid.uuid4().hex[:6]}", DEMO)
-    thread = threading.Thread(target=loop.run, daemon=True)
-    thread.start()
-    assert loop.ready.wait(60) and not loop.stopped.is_set()
-    yield loop
-    loop.request_stop()
-    thread.join(30)
+    with serving_worker(engine, DEMO, "structured") as loop:
+        yield loop
 
 
 async def pro_client(api_key_factory):

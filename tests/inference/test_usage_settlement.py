@@ -31,6 +31,7 @@ from tenants.selectors import api_key_authenticate
 from tests.gpuworkers.conftest import engine
 from tests.helpers import async_wait_until
 from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
+from tests.serving import serving_worker
 from wire.bus import get_worker_bus
 from wire.usage import get_usage_stream, reset_usage_streams
 
@@ -45,13 +46,8 @@ pytestmark = [
 def worker(engine, memory_bus):
     reset_usage_streams()
     reset_limiters()
-    loop = WorkerLoop(engine, get_worker_bus(), f"settle-{uuid.uuid4().hex[:6]}", DEMO)
-    thread = threading.Thread(target=loop.run, daemon=True)
-    thread.start()
-    assert loop.ready.wait(60) and not loop.stopped.is_set()
-    yield loop
-    loop.request_stop()
-    thread.join(30)
+    with serving_worker(engine, DEMO, "settle") as loop:
+        yield loop
     reset_usage_streams()
 
 

@@ -30,6 +30,7 @@ from tests.gpuworkers.conftest import engine
 from tests.helpers import async_wait_until
 from tests.inference.asgi_client import sdk_client
 from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
+from tests.serving import serving_worker
 from wire.bus import get_worker_bus
 
 pytestmark = [
@@ -43,13 +44,8 @@ PROMPT = "Describe the sea in two sentences."
 
 @pytest.fixture
 def worker(engine, memory_bus):
-    loop = WorkerLoop(engine, get_worker_bus(), f"cut-{uuid.uuid4().hex[:6]}", DEMO)
-    thread = threading.Thread(target=loop.run, daemon=True)
-    thread.start()
-    assert loop.ready.wait(60) and not loop.stopped.is_set()
-    yield loop
-    loop.request_stop()
-    thread.join(30)
+    with serving_worker(engine, DEMO, "cut") as loop:
+        yield loop
 
 
 async def ask(client, max_tokens: int = 48, **extra):
