@@ -27,15 +27,10 @@ from inference import services
 from inference.completions_format import CompletionFrames, PromptEcho, completion_result
 from inference.errors import InvalidRequest
 from inference.multitap import MultiTap
-from inference.relay import (
-    RESUMABLE_HEADER,
-    failed_error,
-    release_db_connection,
-    stream_response,
-    wants_resumable,
-)
+from inference.relay import failed_error, release_db_connection
 from inference.sampling import sampling_for
 from inference.schemas import ENCODABLE, ChatCompletionRequest, StrictSchema, TokenId
+from inference.sse import RESUMABLE_HEADER, stream_response, wants_resumable
 from tenants.models import ApiKey, Tier
 from wire.events import TERMINAL_EVENTS, EventType
 from wire.limits import MAX_N, MAX_TOP_LOGPROBS
