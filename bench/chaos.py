@@ -46,7 +46,8 @@ from pathlib import Path
 import httpx
 
 from bench.chaos_topology import ROOT, Fault, Topology, inject
-from bench.load import MODEL, Client, run_client
+from bench.load import Client, run_client
+from bench.load_topology import MODEL
 
 # Shares of the requests completed at which each fault fires, in order.
 FAULTS = [

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.load import MODEL, free_port
+from bench.load_topology import MODEL, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -174,7 +174,7 @@ class Topology:
         )
         self._manage("migrate", "--noinput")
         code = (
-            "from bench.load import create_tenant_key; "
+            "from bench.load_topology import create_tenant_key; "
             "from fleet.services import snapshot_publish; "
             "key = create_tenant_key(max_concurrent=256); snapshot_publish(); print(key)"
         )
