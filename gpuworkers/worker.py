@@ -5,7 +5,8 @@ poll the bus for new requests and aborts, run one ``engine.step()``, turn
 its outputs into events and publish them in one round trip. A second thread
 sends the heartbeat once a second from a stats snapshot the loop refreshes;
 a third refreshes the liveness key every ``LIVENESS_INTERVAL`` (the web
-tier's death signal), so a long step never looks like a dead worker.
+tier's death signal), so a long step never looks like a dead worker (both
+in ``gpuworkers.heartbeat``).
 Nothing here touches the database: the request path is bus, engine, bus.
 
 Intake: a request polled stays pending on the bus until its ``created``
@@ -29,14 +30,13 @@ import socket
 import threading
 import time
 import uuid
-from collections import deque
 from typing import Any
 
+from gpuworkers.heartbeat import Beats, TokenRate
 from gpuworkers.metrics import WorkerMetrics
 from gpuworkers.tracker import ResponseTracker
 from wire import logs
 from wire.bus import BusUnavailable, WorkerBus
-from wire.bus.base import LIVENESS_INTERVAL
 from wire.events import error_body
 from wire.requests import GenerationRequest
 from wire.tracing import tracing_enabled
@@ -117,7 +117,6 @@ class WorkerLoop:
         self.ready = threading.Event()
         # Set once the loop has left and deregistered.
         self.stopped = threading.Event()
-        self._heartbeat_stop = threading.Event()
         self._drain = threading.Event()
         self._force = threading.Event()
         self.drain_seconds = drain_seconds
@@ -127,7 +126,7 @@ class WorkerLoop:
         self._unacked: list[str] = []
         self._stats: dict[str, Any] = {}
         self._stats_at = 0.0
-        self._rate_samples: deque[tuple[float, int]] = deque()
+        self._rate = TokenRate()
         self._step_failures = 0
         self._bus_down_logged = False
         self._extra = {"pid": os.getpid(), "host": socket.gethostname()}
@@ -141,16 +140,12 @@ class WorkerLoop:
 
     def run(self) -> None:
         """Register, warm up, serve until drained or stopped, deregister."""
-        beats = [
-            threading.Thread(target=loop, name=f"{name}-{self.worker_id}", daemon=True)
-            for name, loop in (("heartbeat", self._heartbeat_loop), ("live", self._live_loop))
-        ]
+        beats = Beats(self.bus, self.worker_id, self.model_name, self.info, self.heartbeat_interval)
         logs.bind(worker=self.worker_id, model=self.model_name)
         try:
             self._refresh_stats(force=True)
             self.bus.register(self.info())
-            for beat in beats:
-                beat.start()
+            beats.start()
             seconds = self.engine.warmup()
             logger.info("worker %s warmed up in %.1fs", self.worker_id, seconds)
             if not self._drain.is_set():  # a signal during warm-up wins
@@ -166,11 +161,8 @@ class WorkerLoop:
                 self._fail_all(SHUTDOWN_ERROR)
             self._hand_back()
         finally:
-            self._heartbeat_stop.set()
             # The beats must be gone first, or they could re-register us.
-            for beat in beats:
-                if beat.is_alive():
-                    beat.join(timeout=self.heartbeat_interval + 5)
+            beats.stop()
             try:
                 self.bus.deregister(self.worker_id)
             except BusUnavailable:
@@ -346,7 +338,7 @@ class WorkerLoop:
             if self.tracker.forget(response_id):
                 self.engine.abort(response_id)
 
-    # -- heartbeat --------------------------------------------------------------
+    # -- the heartbeat's payload --------------------------------------------------
 
     def info(self) -> WorkerInfo:
         stats = self._stats
@@ -370,14 +362,7 @@ class WorkerLoop:
         if not force and now - self._stats_at < 0.1:
             return
         stats = dict(self.engine.stats())
-        generated = stats.get("generated_tokens", 0)
-        samples = self._rate_samples
-        samples.append((now, generated))
-        while len(samples) > 2 and now - samples[0][0] > 10.0:
-            samples.popleft()
-        span = now - samples[0][0]
-        rate = (generated - samples[0][1]) / span if span > 0 else 0.0
-        stats["tokens_per_second"] = round(max(rate, 0.0), 2)
+        stats["tokens_per_second"] = self._rate.add(now, stats.get("generated_tokens", 0))
         # The autoscaling signal's queue age (fleet.autoscale): the oldest
         # request still waiting for its first token.
         waiting_since = [
@@ -392,24 +377,3 @@ class WorkerLoop:
         # One reference swap: the heartbeat thread never sees a half-built dict.
         self._stats = stats
         self._stats_at = now
-
-    def _live_loop(self) -> None:
-        # Never the engine thread, and nothing but one SET: a long step or a
-        # slow heartbeat (its JSON, its pipeline) cannot delay it.
-        while not self._heartbeat_stop.wait(LIVENESS_INTERVAL):
-            try:
-                self.bus.liveness(self.worker_id)
-            except BusUnavailable:
-                pass  # logged by the loop; the next refresh retries
-            except Exception:
-                logger.exception("worker %s: liveness refresh failed", self.worker_id)
-
-    def _heartbeat_loop(self) -> None:
-        logs.bind(worker=self.worker_id, model=self.model_name)
-        while not self._heartbeat_stop.wait(self.heartbeat_interval):
-            try:
-                self.bus.heartbeat(self.info())
-            except BusUnavailable:
-                pass  # logged by the loop; the next beat retries
-            except Exception:
-                logger.exception("worker %s: heartbeat failed", self.worker_id)

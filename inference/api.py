@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from ninja import Header, NinjaAPI, Router
 
 from fleet.selectors import served_model_get, served_model_list
-from inference import completions, moderation, relay, responses_api, services
+from inference import completions, moderation, relay, responses_api, services, sse
 from inference.auth import api_key_auth
 from inference.capabilities import model_features
 from inference.errors import ModelNotFound, install_error_handlers
@@ -103,8 +103,8 @@ async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRe
         conversation_id=request.headers.get("X-Conversation-Id"),
     )
     if payload.stream:
-        resumable = relay.wants_resumable(request.headers.get(relay.RESUMABLE_HEADER))
-        return await relay.stream_response(tap, resumable=resumable)
+        resumable = sse.wants_resumable(request.headers.get(sse.RESUMABLE_HEADER))
+        return await sse.stream_response(tap, resumable=resumable)
     return await relay.completion_response(tap)
 
 
@@ -141,9 +141,9 @@ async def resume_chat_completion(
     `data: [DONE]`; without either, the whole stream from the start. Works
     while the response's events are kept (RESPONSE_STREAM_TTL seconds).
     """
-    after_seq = relay.parse_last_event_id(last_event_id) if after is None else max(0, after)
+    after_seq = sse.parse_last_event_id(last_event_id) if after is None else max(0, after)
     tap = await services.chat_completion_resume(api_key=request.auth, response_id=response_id)
-    return await relay.stream_response(tap, after_seq=after_seq, resumable=True)
+    return await sse.stream_response(tap, after_seq=after_seq, resumable=True)
 
 
 @router.post("/moderations", response={200: ModerationResponse, **ERRORS}, tags=["moderations"])

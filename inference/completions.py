@@ -27,15 +27,11 @@ from inference import services
 from inference.completions_format import CompletionFrames, PromptEcho, completion_result
 from inference.errors import InvalidRequest
 from inference.multitap import MultiTap
-from inference.relay import (
-    RESUMABLE_HEADER,
-    failed_error,
-    release_db_connection,
-    stream_response,
-    wants_resumable,
-)
+from inference.prompts import PreparedPrompt, output_bound
+from inference.relay import failed_error, release_db_connection
 from inference.sampling import sampling_for
 from inference.schemas import ENCODABLE, ChatCompletionRequest, StrictSchema, TokenId
+from inference.sse import RESUMABLE_HEADER, stream_response, wants_resumable
 from tenants.models import ApiKey, Tier
 from wire.events import TERMINAL_EVENTS, EventType
 from wire.limits import MAX_N, MAX_TOP_LOGPROBS
@@ -152,7 +148,7 @@ def completion_prompt_prepare(
     default_max_tokens: int | None = None,
     spec: PromptSpec,
     echo_logprobs: int | None,
-) -> services.PreparedPrompt:
+) -> PreparedPrompt:
     """Tokenize the (screened) prompt as it is, and bound the completion."""
     tokenizer = load_tokenizer(str(served_model_dir(model=model)))
     text = request.messages[0].text
@@ -171,7 +167,7 @@ def completion_prompt_prepare(
             param="prompt",
             code="invalid_value",
         )
-    max_tokens = services.output_bound(
+    max_tokens = output_bound(
         prompt_tokens=len(ids),
         request=request,
         model=model,
@@ -185,7 +181,7 @@ def completion_prompt_prepare(
     if echo_logprobs is not None:
         spec.prompt_tokens = [tokenizer.decode([i]) for i in ids]
         spec.to_text = lambda token: tokenizer.convert_tokens_to_string([token])
-    return services.PreparedPrompt(prompt_token_ids=ids, sampling=sampling)
+    return PreparedPrompt(prompt_token_ids=ids, sampling=sampling)
 
 
 def chat_request_for(request: CompletionRequest, text: str) -> ChatCompletionRequest:
@@ -249,7 +245,7 @@ class _Preparer:
     spec: PromptSpec
     echo_logprobs: int | None
 
-    def __call__(self, **kwargs: Any) -> services.PreparedPrompt:
+    def __call__(self, **kwargs: Any) -> PreparedPrompt:
         return completion_prompt_prepare(**kwargs, spec=self.spec, echo_logprobs=self.echo_logprobs)
 
 

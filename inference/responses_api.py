@@ -27,8 +27,9 @@ from pydantic import Field, field_validator
 from inference import services
 from inference.errors import InvalidRequest
 from inference.openai_format import CompletionBuilder
-from inference.relay import ResponseTap, failed_error, release_db_connection, stream_response
+from inference.relay import ResponseTap, failed_error, release_db_connection
 from inference.schemas import ENCODABLE, ChatCompletionRequest, StrictSchema
+from inference.sse import stream_response
 from tenants.models import ApiKey
 from wire.events import TERMINAL_EVENTS, EventType
 

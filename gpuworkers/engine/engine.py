@@ -1,7 +1,8 @@
 """LLMEngine: add_request / step / abort, and generate() for offline batches.
 
-One step is: schedule, run, postprocess. The engine is not thread-safe;
-exactly one thread calls its methods (the worker loop).
+One step is: schedule, run, postprocess (a token's text, stop checks and
+the outputs in postprocess.py). The engine is not thread-safe; exactly one
+thread calls its methods (the worker loop).
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from gpuworkers.engine.isolation import isolate
 from gpuworkers.engine.kv_manager import KVCacheManager
 from gpuworkers.engine.model_runner import ModelRunner
 from gpuworkers.engine.models.loader import load_model
-from gpuworkers.engine.outputs import ChoiceDelta, GenerateOutput, RequestOutput, TokenLogprob
+from gpuworkers.engine.outputs import GenerateOutput, RequestOutput
+from gpuworkers.engine.postprocess import (
+    Deltas,
+    aborted_output,
+    append_token,
+    request_output,
+    token_logprob,
+)
 from gpuworkers.engine.runtime import tune_allocator
 from gpuworkers.engine.sampling import SampleResult, choice_seed, prepare_request
 from gpuworkers.engine.sampling_params import SamplingParams
@@ -263,7 +271,7 @@ class LLMEngine:
         first that ends it drops the rest (already in ``token_ids``).
         """
         now = time.monotonic()
-        deltas: dict[str, dict[int, ChoiceDelta]] = {}
+        deltas: Deltas = {}
         for i, (seq, index) in enumerate(emitted):
             if seq.is_finished or seq.request.aborted:
                 # Ended by an earlier token of this step, or failed earlier in
@@ -285,60 +293,29 @@ class LLMEngine:
         for request_id, choices in deltas.items():
             request = self.requests[request_id]
             finished = request.is_finished
-            outputs.append(self._output(request, list(choices.values()), finished))
+            outputs.append(request_output(request, list(choices.values()), finished))
             if finished:
                 del self.requests[request_id]
         return outputs
 
     def _append_token(
-        self, seq: Sequence, result: SampleResult, now: float, deltas, later: int = 0
+        self, seq: Sequence, result: SampleResult, now: float, deltas: Deltas, later: int = 0
     ) -> None:
         """Account for a token the scheduler appended to ``seq``, with
         ``later`` more of this step's tokens appended after it."""
-        request = seq.request
-        params = request.params
-        token = result.token_id
         self.generated_tokens += 1
-        if request.first_token_time is None:
-            request.first_token_time = now
-        finish = None
-        is_stop_token = token in request.stop_ids
-        # A stop token's own text (usually none: EOS is special) only on request.
-        keep = not is_stop_token or params.include_stop_str_in_output
-        text = seq.detokenizer.add(token) if keep else ""
-        logprob = None
-        if seq.logprobs is not None:
-            logprob = self._token_logprob(token, result)
-            seq.logprobs.append(logprob)
-        # A complete grammar ends the choice: only EOS could follow.
-        grammar_done = seq.grammar is not None and seq.grammar.advance(token)
-        if is_stop_token or seq.detokenizer.stopped or grammar_done:
-            finish = "stop"
-        elif (
-            seq.num_output_tokens - later >= params.max_tokens
-            or seq.num_tokens - later >= self.max_model_len
-        ):
-            finish = "length"
+        finish = append_token(
+            seq,
+            result,
+            now,
+            deltas,
+            later=later,
+            tokenizer=self.tokenizer,
+            max_model_len=self.max_model_len,
+        )
         if finish:
-            # Text held back for stop strings is the reply's, unless a stop
-            # string ended it (then nothing is held back).
-            text += seq.detokenizer.flush()
-            seq.finish_reason = finish
             self.scheduler.remove(seq)
             seq.status = SequenceStatus.FINISHED
-        choice = deltas.setdefault(request.request_id, {}).setdefault(
-            seq.index, ChoiceDelta(seq.index, [], "", [] if seq.logprobs is not None else None)
-        )
-        choice.token_ids.append(token)
-        choice.text += text
-        if logprob is not None:
-            choice.logprobs.append(logprob)
-        choice.finish_reason = finish
-
-    def _token_logprob(self, token: int, result) -> TokenLogprob:
-        decode = self.tokenizer.convert_ids_to_tokens
-        top = [(tid, decode(tid), lp) for tid, lp in (result.top or [])]
-        return TokenLogprob(token, decode(token), result.logprob, top)
 
     def _add_prompt_logprobs(self, batch, found: dict[int, list[SampleResult]]) -> None:
         """Append the prompt logprobs a step computed to their requests."""
@@ -348,46 +325,13 @@ class LLMEngine:
             # Tokens whose KV came from the prefix cache were never computed
             # here: they have no logits, hence no logprob.
             entries.extend([None] * (wanted.positions.start + 1 - len(entries)))
-            entries.extend(self._token_logprob(r.token_id, r) for r in found[wanted.seq_id])
-
-    def _take_prompt_logprobs(self, request: Request) -> list | None:
-        """The prompt logprobs, once, on the output that carries the first token."""
-        entries = request.prompt_logprobs
-        if entries is None or request.prompt_logprobs_sent or request.first_token_time is None:
-            return None
-        request.prompt_logprobs_sent = True
-        return entries
-
-    def _output(self, request: Request, choices, finished: bool) -> RequestOutput:
-        first = request.seqs[0]
-        arrival = request.arrival_time
-        return RequestOutput(
-            request_id=request.request_id,
-            choices=sorted(choices, key=lambda c: c.index),
-            finished=finished,
-            num_prompt_tokens=len(request.prompt_token_ids),
-            num_cached_tokens=first.num_cached_tokens,
-            queue_time=(request.first_scheduled_time - arrival)
-            if request.first_scheduled_time
-            else None,
-            first_token_time=(request.first_token_time - arrival)
-            if request.first_token_time
-            else None,
-            prompt_logprobs=self._take_prompt_logprobs(request),
-            num_draft_tokens=sum(s.spec.drafted for s in request.seqs),
-            num_accepted_tokens=sum(s.spec.accepted for s in request.seqs),
-        )
+            entries.extend(
+                token_logprob(self.tokenizer, r.token_id, r) for r in found[wanted.seq_id]
+            )
 
     def _final_output(self, request: Request) -> RequestOutput:
         self.requests.pop(request.request_id, None)
-        # Held-back text is dropped on abort: it may be half a stop string.
-        # Choices not forked yet have not started and report nothing.
-        choices = [
-            ChoiceDelta(s.index, [], "", None, "abort")
-            for s in request.seqs
-            if s.finish_reason == "abort" and (s.index == 0 or request.forked)
-        ]
-        return self._output(request, choices, True)
+        return aborted_output(request)
 
     # Offline use and warm-up (offline.py) ----------------------------------
 

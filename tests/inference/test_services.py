@@ -6,8 +6,8 @@ from fleet.selectors import served_model_dir
 from fleet.services import served_model_register
 from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
 from inference.errors import ContextLengthExceeded, InvalidRequest
+from inference.prompts import chat_prompt_prepare
 from inference.schemas import ChatCompletionRequest
-from inference.services import chat_prompt_prepare
 
 pytestmark = pytest.mark.django_db
 

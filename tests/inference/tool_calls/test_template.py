@@ -4,8 +4,8 @@ import pytest
 
 from fleet.selectors import served_model_dir
 from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
+from inference.prompts import chat_prompt_prepare
 from inference.schemas import ChatCompletionRequest
-from inference.services import chat_prompt_prepare
 
 pytestmark = pytest.mark.django_db
 
