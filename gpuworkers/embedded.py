@@ -97,3 +97,22 @@ def ensure_started(spec: Callable[[], EmbeddedSpec]) -> EmbeddedWorker:
 def current() -> EmbeddedWorker | None:
     """The embedded worker if one was started, without starting it."""
     return _worker
+
+
+def stop(timeout: float = 60.0) -> None:
+    """Stop the process's embedded worker, if one was started, and forget it.
+
+    The worker deregisters from the bus as it stops, so nothing routes to
+    it any more; the next ``ensure_started`` starts a fresh one. Tests that
+    start it call this when they are done, so later tests' workers do not
+    compete with it on the pinned in-process bus.
+    """
+    global _worker
+    with _lock:
+        worker, _worker = _worker, None
+    if worker is None:
+        return
+    worker.ready.wait(timeout)  # still loading: the loop does not exist yet
+    if worker.loop is not None:
+        worker.loop.request_stop()
+    worker.thread.join(timeout)

@@ -53,6 +53,15 @@ RESUME_DOC = {
     }
 }
 
+
+def _stream_doc(description: str) -> dict:
+    """OpenAPI for an endpoint answering JSON, or with stream=true SSE frames."""
+    return {
+        "description": description,
+        "responses": {200: {"content": {"text/event-stream": {"schema": {"type": "object"}}}}},
+    }
+
+
 router = Router(auth=api_key_auth)
 
 
@@ -108,7 +117,15 @@ async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRe
     return await relay.completion_response(tap)
 
 
-@router.post("/completions", response={200: dict, **ERRORS}, tags=["completions"])
+@router.post(
+    "/completions",
+    response={200: dict, **ERRORS},
+    tags=["completions"],
+    openapi_extra=_stream_doc(
+        "A text_completion, or with stream=true a text/event-stream of text_completion "
+        "frames ending in `data: [DONE]`."
+    ),
+)
 async def create_completion(request: HttpRequest, payload: completions.CompletionRequest):
     """Create a text completion (OpenAI's legacy endpoint); ``stream: true`` answers SSE."""
     return await completions.completions_create(
@@ -116,7 +133,15 @@ async def create_completion(request: HttpRequest, payload: completions.Completio
     )
 
 
-@router.post("/responses", response={200: dict, **ERRORS}, tags=["responses"])
+@router.post(
+    "/responses",
+    response={200: dict, **ERRORS},
+    tags=["responses"],
+    openapi_extra=_stream_doc(
+        "A response object, or with stream=true a text/event-stream of typed events "
+        "(`event:` and `data:` lines), response.created through response.completed."
+    ),
+)
 async def create_response(request: HttpRequest, payload: responses_api.ResponsesRequest):
     """Create a model response (OpenAI's Responses API, without server-side storage)."""
     return await responses_api.responses_create(api_key=request.auth, request=payload)

@@ -20,6 +20,7 @@ def embedded_settings(settings):
     settings.ENGINE_KV_CACHE_MB = 32
     reset_buses()
     yield settings
+    embedded.stop()
     reset_buses()
 
 

@@ -11,6 +11,8 @@ slot is back.
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -23,11 +25,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db, pytest.mark.timeout(900)]
 
 def test_sse_disconnect_aborts_on_the_worker_frees_kv_and_settles(live):
     """Close after a few tokens: KV freed, nothing generated after, usage and slot settled."""
-    idle = live.wait_for(
-        lambda: (s := live.worker_stats()) and all(w.running == 0 for w in s.values()) and s,
-        30,
-        "the workers were idle",
-    )
+    # Idle, and the token counters steady for longer than a heartbeat: an
+    # earlier test's request still finishing would otherwise count as this
+    # one's tokens.
+    seen: dict = {}
+
+    def quiet():
+        stats = live.worker_stats()
+        counts = {w: (s.running, s.waiting, s.extra["generated_tokens"]) for w, s in stats.items()}
+        if not stats or any(r or q for r, q, _ in counts.values()) or counts != seen.get("counts"):
+            seen.update(counts=counts, since=time.monotonic())
+            return None
+        return stats if time.monotonic() - seen["since"] > 2.5 else None
+
+    idle = live.wait_for(quiet, 60, "the workers were idle with steady token counters")
     assert all(w.kv_blocks_used == 0 for w in idle.values())
 
     streamed = 0

@@ -10,6 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
+from gpuworkers import embedded
 from inference.relay import drain_background
 from tests.inference.asgi_client import sdk_client
 from tests.inference.conftest import DEMO, ScriptedWorker, auth
@@ -28,6 +29,20 @@ WEATHER = {
             "type": "object",
             "properties": {"city": {"type": "string"}},
             "required": ["city"],
+        },
+    },
+}
+# The same tool with a bounded argument, for the real model: constrained
+# decoding guarantees the shape, but an unbounded string may run to max_tokens.
+BOUNDED_WEATHER = {
+    "type": "function",
+    "function": {
+        **WEATHER["function"],
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "London", "Tokyo"]}},
+            "required": ["city"],
+            "additionalProperties": False,
         },
     },
 }
@@ -193,6 +208,7 @@ def real_engine(settings, demo_model):
     settings.ENGINE_KV_CACHE_MB = 32
     reset_buses()
     yield
+    embedded.stop()
     reset_buses()
 
 
@@ -245,22 +261,22 @@ async def test_real_model_auto_and_none_answer_in_openais_shape(real_engine, pro
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("close_db_threads")
 async def test_real_model_required_and_named_always_call(real_engine, pro_key):
-    """Constrained decoding makes the call certain: required yields a declared
-    tool with JSON object arguments, named yields that tool."""
+    """Constrained decoding makes the call certain: required without parallel
+    calls and a named function each yield that one tool, with JSON object
+    arguments. (Required with parallel calls lets the model add calls until
+    max_tokens; its schema is checked in test_setup.)"""
     client = sdk_client(pro_key)
-    common = dict(model=DEMO, messages=HI, tools=[WEATHER], max_tokens=64, temperature=0)
-    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
-        whole = await client.chat.completions.create(**common, tool_choice=choice)
+    common = dict(model=DEMO, messages=HI, tools=[BOUNDED_WEATHER], max_tokens=64, temperature=0)
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    cases = [("required", False), (named, True)]
+    for choice, parallel in cases:
+        options = dict(common, tool_choice=choice, parallel_tool_calls=parallel)
+        whole = await client.chat.completions.create(**options)
         message = whole.choices[0].message
         assert whole.choices[0].finish_reason == "tool_calls" and message.content is None
         assert [c.function.name for c in message.tool_calls] == ["get_weather"]
-        assert isinstance(json.loads(message.tool_calls[0].function.arguments), dict)
-        chunks = [
-            c
-            async for c in await client.chat.completions.create(
-                **common, tool_choice=choice, stream=True
-            )
-        ]
+        assert all(isinstance(json.loads(c.function.arguments), dict) for c in message.tool_calls)
+        chunks = [c async for c in await client.chat.completions.create(**options, stream=True)]
         _, calls, reasons = accumulate(chunks)
         assert reasons == ["tool_calls"]
         assert [(v["name"], v["arguments"]) for _, v in sorted(calls.items())] == [
