@@ -4,6 +4,7 @@ import pytest
 
 from fleet.selectors import served_model_dir
 from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
+from inference.errors import InvalidRequest
 from inference.prompts import chat_prompt_prepare
 from inference.schemas import ChatCompletionRequest
 
@@ -81,3 +82,28 @@ def test_a_request_without_tools_renders_with_the_models_own_template(demo_model
     tokenizer = load_tokenizer(str(served_model_dir(model=demo_model)))
     assert prepared.prompt_token_ids == apply_chat_template(tokenizer, messages)
     assert prepared.tool_parsing is None and prepared.sampling["structured_output"] is None
+
+
+def test_a_forced_tool_call_cannot_also_take_a_response_format(demo_model, tiers):
+    """Both constrain the whole reply: a 400 naming response_format, not a
+    grammar that silently drops one of them."""
+    messages = [{"role": "user", "content": "hi"}]
+    request = ChatCompletionRequest(
+        model="m",
+        messages=messages,
+        tools=TOOLS,
+        tool_choice="required",
+        response_format={"type": "json_object"},
+    )
+    with pytest.raises(InvalidRequest) as caught:
+        chat_prompt_prepare(request=request, model=demo_model, tier=tiers["pro"])
+    assert caught.value.param == "response_format"
+    # Either alone is fine and constrains decoding.
+    for alone in (
+        ChatCompletionRequest(model="m", messages=messages, tools=TOOLS, tool_choice="required"),
+        ChatCompletionRequest(
+            model="m", messages=messages, response_format={"type": "json_object"}
+        ),
+    ):
+        prepared = chat_prompt_prepare(request=alone, model=demo_model, tier=tiers["pro"])
+        assert prepared.sampling["structured_output"] is not None
