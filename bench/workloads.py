@@ -24,6 +24,10 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+# Passages of 240..290 tokens for the repetition-heavy suite, one per line.
+EDIT_PASSAGES = Path(__file__).with_name("data") / "edit_passages.txt"
+EDIT_INSTRUCTION = "Copy the following text exactly, correcting its spelling mistakes:\n\n"
+
 
 @dataclass(slots=True)
 class OfflineRequest:
@@ -157,3 +161,40 @@ def repetition_prompt(tokenizer) -> list[int]:
         "Repeat the following passage exactly, but write 'lamp' instead of 'lantern':\n\n" + PASSAGE
     )
     return apply_chat_template(tokenizer, [{"role": "user", "content": message}])
+
+
+def build_edit_workload(tokenizer, shape: WorkloadShape, *, vocab_size: int, seed: int) -> Workload:
+    """The repetition-heavy workload: each request asks the model to copy
+    one passage of ``EDIT_PASSAGES`` with a few misspellings fixed, the
+    kind of reply prompt-lookup drafting (engine/spec/) is for. Real text
+    through the model's chat template, so unlike the random prompts of
+    ``build_workload`` the prompt's wording matters; outputs are still
+    ``shape``'s lengths, greedy with ``ignore_eos``."""
+    from gpuworkers.engine.tokenizer import apply_chat_template
+
+    rng = random.Random(seed)
+    passages = [line.strip() for line in EDIT_PASSAGES.read_text().splitlines() if line.strip()]
+    offline = []
+    for i in range(shape.num_requests):
+        message = EDIT_INSTRUCTION + misspell(passages[i % len(passages)], rng)
+        offline.append(
+            OfflineRequest(
+                request_id=f"edit-{i}",
+                prompt_token_ids=apply_chat_template(
+                    tokenizer, [{"role": "user", "content": message}]
+                ),
+                max_tokens=rng.randint(shape.out_min, shape.out_max),
+            )
+        )
+    return Workload(seed=seed, vocab_size=vocab_size, offline=offline)
+
+
+def misspell(text: str, rng: random.Random, every: int = 25) -> str:
+    """``text`` with two letters swapped in about one word in ``every``."""
+    words = text.split(" ")
+    for i in range(rng.randrange(every), len(words), every):
+        word = words[i]
+        if len(word) >= 5 and word.isalpha():
+            j = rng.randrange(1, len(word) - 2)
+            words[i] = word[:j] + word[j + 1] + word[j] + word[j + 2 :]
+    return " ".join(words)

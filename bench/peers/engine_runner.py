@@ -99,6 +99,14 @@ def decode_figures(steps: list[tuple[int, float, float]]) -> dict:
     }
 
 
+def speculation(before: dict, after: dict) -> dict:
+    """Draft tokens verified and accepted between two ``engine.stats()``."""
+    return {
+        key: after.get(f"spec_{key}_tokens", 0) - before.get(f"spec_{key}_tokens", 0)
+        for key in ("draft", "accepted")
+    }
+
+
 def main() -> None:
     args = runner_args(__doc__)
     set_thread_env(args.threads)
@@ -151,7 +159,9 @@ def main() -> None:
             progress(PEER, f"offline run {i + 1}/{args.repeat}: {len(workload.offline)} requests")
             adapter.decode_steps = []
             # A fresh cache salt per run: no run reuses an earlier run's prefixes.
+            before = engine.stats()
             run = run_offline(adapter, workload, salt=f"offline-r{i}", on_step=adapter.on_step)
+            run["speculation"] = speculation(before, engine.stats())
             run["decode"] = decode_figures(adapter.decode_steps)
             progress(PEER, f"offline run {i + 1}: {run['tok_s']} tok/s in {run['elapsed_s']} s")
             runs.append(run)
@@ -166,7 +176,9 @@ def main() -> None:
         )
     if "sequential" in phases:
         progress(PEER, f"single stream: {len(workload.offline)} requests one at a time")
+        before = engine.stats()
         run = run_sequential(adapter, workload, salt="sequential")
+        run["speculation"] = speculation(before, engine.stats())
         progress(PEER, f"single stream: {run['tok_s']} tok/s, ITL p50 {run['itl']['p50_ms']} ms")
         result["sequential"] = run
     if "multiturn" in phases:

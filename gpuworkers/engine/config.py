@@ -82,9 +82,17 @@ class EngineConfig:
     num_speculative_tokens: int = 4
     prompt_lookup_min: int = 2
     prompt_lookup_max: int = 4
-    # No drafting in a step with more decoding sequences than this: there
-    # verification costs more than it saves (bench/specdec.py).
-    speculative_max_batch: int = 8
+    # No drafting at all in a step with more decoding sequences than this
+    # (an operator's cap; the cost model below already decides per draft).
+    speculative_max_batch: int = 256
+    # The part of a step's time that does not grow with its query rows
+    # (reading the weights, per-step work), in units of what one more row
+    # costs: a draft is verified only while its chance of acceptance beats
+    # the step's outputs per row-cost (spec/speculator.py). CPU, this
+    # demo model, 2 threads: a decode step of 24..64 rows took about
+    # 11 ms + 1.15 ms per row (README, "Speculative decoding"). A GPU
+    # decode step is mostly weight reads: raise it there.
+    speculative_fixed_cost_rows: float = 10.0
     # A sequence whose recent acceptance rate falls below this pauses
     # drafting for a while (spec/speculator.py).
     speculative_min_acceptance: float = 0.25
@@ -104,6 +112,8 @@ class EngineConfig:
             raise ValueError(f"unknown speculative_method {self.speculative_method!r}")
         if self.num_speculative_tokens < 1 or self.speculative_max_batch < 0:
             raise ValueError("num_speculative_tokens must be >= 1, speculative_max_batch >= 0")
+        if self.speculative_fixed_cost_rows < 0:
+            raise ValueError("speculative_fixed_cost_rows must be >= 0")
         if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
             raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
 

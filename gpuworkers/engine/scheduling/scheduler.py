@@ -183,13 +183,15 @@ class Scheduler:
 
     def _add_drafts(self, picked, budget: int) -> None:
         """Turn decodes into verifications of n-gram drafts (engine/spec/),
-        within ``budget`` and the free blocks, if the step is small enough."""
+        those the speculator finds worth their rows, within ``budget`` and
+        the free blocks."""
         decodes = [i for i, (item, _) in enumerate(picked) if item.num_new_tokens == 1]
         if budget < 1 or not self.speculator.step_allows(len(decodes)):
             return
-        for i in decodes:
-            seq = picked[i][1]
-            drafts = self.speculator.propose(seq, budget, self.max_model_len)
+        rows = sum(item.num_new_tokens for item, _ in picked)
+        seqs = [picked[i][1] for i in decodes]
+        plans = self.speculator.plan(seqs, rows, budget, self.max_model_len)
+        for i, seq, drafts in zip(decodes, seqs, plans, strict=True):
             # The decode's own slot (and any copy-on-write) is in place: this
             # only adds blocks for the drafts, given back in on_step_done.
             if not drafts or not self.kv.can_append(seq, 1 + len(drafts)):
@@ -197,9 +199,6 @@ class Scheduler:
             self.kv.append_slots(seq, 1 + len(drafts))
             self.policy.on_scheduled(seq, len(drafts))
             picked[i] = (snapshot(seq, 1, self.kv.block_size, drafts), seq)
-            budget -= len(drafts)
-            if budget < 1:
-                return
 
     def _start(self, seq: Sequence, limit: int, picked, ops: CacheOps) -> int:
         """Start a queued ``seq`` with up to ``limit`` tokens; 0 if it does not fit."""

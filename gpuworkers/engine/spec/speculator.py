@@ -1,11 +1,17 @@
 """The scheduler's speculation policy: who drafts this step, and how much.
 
-Speculation pays where a step's cost hardly grows with its query rows:
-small decode batches, whose time goes to reading the weights. With many
-sequences decoding, verifying k more tokens each costs real compute for
-drafts that are often rejected, so above ``speculative_max_batch``
-running decodes a step drafts nothing, and drafts only ever take token
-budget that nothing else in the step wanted. A sequence whose recent
+A step's time is modelled as ``fixed + rows`` row-costs: ``fixed``
+(``speculative_fixed_cost_rows``) is what does not grow with the step's
+query rows (reading the weights, per-step work), each row adds one. A
+draft token is one more row that yields a token with the chance that it
+and the drafts before it are accepted (the sequence's recent acceptance
+rate to the power of its depth). It is verified only while that chance
+beats the step's current outputs per row-cost, so the step's tokens per
+second can only rise: small batches verify most drafts, large ones only
+those of sequences that keep being right (a reply that quotes its
+prompt, or one that has fallen into a loop). Drafts only ever take token
+budget that nothing else in the step wanted, and no step with more than
+``speculative_max_batch`` decodes drafts at all. A sequence whose recent
 acceptance falls under ``speculative_min_acceptance`` stops drafting for
 ``BACKOFF_TOKENS`` output tokens, then tries again.
 """
@@ -47,6 +53,45 @@ class Speculator:
     def step_allows(self, num_decodes: int) -> bool:
         """Whether a step with ``num_decodes`` decoding sequences drafts at all."""
         return self.drafter is not None and num_decodes <= self.config.speculative_max_batch
+
+    def plan(
+        self, decodes: list[Sequence], step_rows: int, budget: int, max_model_len: int
+    ) -> list[list[int]]:
+        """The drafts worth verifying for each of ``decodes`` (one list each,
+        maybe empty) in a step that already has ``step_rows`` query rows.
+
+        Every candidate draft token is worth ``rate ** depth`` expected
+        tokens for one row; they are taken best first while that beats the
+        step's expected outputs per row-cost, and within ``budget``.
+        """
+        fixed = self.config.speculative_fixed_cost_rows
+        outputs, rows = float(len(decodes)), float(step_rows)
+        proposed: list[list[int]] = []
+        candidates = []
+        for index, seq in enumerate(decodes):
+            rate = seq.spec.recent_rate
+            # Skip the lookup where not even a first draft could pay.
+            drafts = (
+                [] if rate * (fixed + rows) <= outputs else self.propose(seq, budget, max_model_len)
+            )
+            proposed.append(drafts)
+            worth = 1.0
+            for depth in range(len(drafts)):
+                worth *= rate
+                candidates.append((-worth, depth, index))
+        candidates.sort()
+        taken = [0] * len(decodes)
+        for negative_worth, depth, index in candidates:
+            worth = -negative_worth
+            if budget < 1 or worth * (fixed + rows) <= outputs:
+                break
+            # Best first, and worth never grows with depth: a sequence's
+            # depths are taken in order, so its drafts stay a prefix.
+            taken[index] = depth + 1
+            outputs += worth
+            rows += 1
+            budget -= 1
+        return [drafts[:count] for drafts, count in zip(proposed, taken, strict=True)]
 
     def propose(self, seq: Sequence, budget: int, max_model_len: int) -> list[int]:
         """Drafts for ``seq``, which decodes one token this step (none if it

@@ -111,3 +111,40 @@ def test_a_sequence_with_poor_acceptance_backs_off_then_retries():
         "spec_draft_tokens": 20,
         "spec_accepted_tokens": 0,
     }
+
+
+def test_plan_verifies_every_draft_of_a_small_batch():
+    speculator = Speculator(EngineConfig(speculative_fixed_cost_rows=10.0))
+    seqs = [decoding(SamplingParams(max_tokens=50), [3]) for _ in range(2)]
+    assert speculator.plan(seqs, step_rows=2, budget=100, max_model_len=100) == [[4, 1, 2, 3]] * 2
+
+
+def test_plan_at_a_large_batch_keeps_only_drafts_likely_enough_to_pay():
+    speculator = Speculator(EngineConfig(speculative_fixed_cost_rows=10.0))
+    seqs = [decoding(SamplingParams(max_tokens=50), [3]) for _ in range(32)]
+    for seq in seqs[:16]:
+        seq.spec.recent_rate = 0.5  # a draft pays 0.5 tokens for a row
+    for seq in seqs[16:]:
+        seq.spec.recent_rate = 0.95
+    plans = speculator.plan(seqs, step_rows=32, budget=1000, max_model_len=100)
+    # 32 outputs for 10 + 32 row-costs: a draft must be worth more than
+    # 0.76 tokens, so none worth 0.5. Of the others (depths worth 0.95,
+    # 0.90, 0.86, 0.81) each taken draft raises the bar: after three
+    # depths it is (32 + 16 * 2.71) / (10 + 80) = 0.84, above the fourth.
+    assert plans[:16] == [[]] * 16
+    assert plans[16:] == [[4, 1, 2]] * 16
+    # The same sequences in a step twice the size: the bar starts at
+    # 64 / 74 = 0.86 and after two depths is 93.6 / 106 = 0.88.
+    more = seqs + [decoding(SamplingParams(max_tokens=50), [9]) for _ in range(32)]
+    plans = speculator.plan(more, step_rows=64, budget=1000, max_model_len=100)
+    assert plans[16:32] == [[4, 1]] * 16 and plans[:16] == [[]] * 16
+
+
+def test_plan_spends_the_budget_on_the_likeliest_drafts_first():
+    speculator = Speculator(EngineConfig(speculative_fixed_cost_rows=10.0))
+    seqs = [decoding(SamplingParams(max_tokens=50), [3]) for _ in range(3)]
+    for seq, rate in zip(seqs, (0.7, 1.0, 0.9), strict=True):
+        seq.spec.recent_rate = rate
+    plans = speculator.plan(seqs, step_rows=3, budget=6, max_model_len=100)
+    assert [len(p) for p in plans] == [0, 4, 2]
+    assert plans[2] == [4, 1]  # a prefix of the full draft
