@@ -23,6 +23,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SOURCES = sorted(Path(__file__).parent.glob("*.cpp"))
+# Headers are part of the cache key too: a changed header must rebuild.
+HEADERS = sorted(Path(__file__).parent.glob("*.h"))
 # -ffast-math lets gcc vectorise expf (glibc's libmvec) and reassociate sums.
 # It is for compiling only: linking a shared library with it pulls in
 # crtfastmath.o, which turns on flush-to-zero for the whole process at load
@@ -58,7 +60,7 @@ def _compiler() -> str | None:
 
 
 def _build(compiler: str) -> Path:
-    source = b"\0".join(path.read_bytes() for path in SOURCES)
+    source = b"\0".join(path.read_bytes() for path in SOURCES + HEADERS)
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
     key = hashlib.sha256(
         b"\0".join(
