@@ -4,125 +4,33 @@
 // Why intrinsics: the portable kernel's score loop is one chain of 64
 // dependent multiply-adds per query head and block (latency-bound, not
 // memory-bound), and gcc picks 256-bit vectors on AMD. Here:
-//   - the scores of a block are split into two interleaved chains (even
-//     and odd dims), so the FMA units are fed while memory is read;
-//   - bfloat16 -> float32 is a 16-bit shift of the zero-extended halves;
+//   - bfloat16 pools use vdpbf16ps (paged_decode_bf16.h): two products
+//     per lane, no widening; float32 pools (and CPUs without AVX512_BF16)
+//     widen bfloat16 by a 16-bit shift and use FMAs;
+//   - scores of few heads are split into two interleaved chains (even and
+//     odd dims), so the FMA units are fed while memory is read;
 //   - exp is a vector polynomial, the softmax tail handled with masks;
-//   - blocks PREFETCH_AHEAD ahead are prefetched (they sit anywhere in the
-//     pool, where the hardware prefetcher cannot follow), and the first
-//     value blocks while the last key blocks are scored.
+//   - blocks are prefetched PREFETCH_AHEAD ahead into L2 (they sit anywhere
+//     in the pool, where the hardware prefetcher cannot follow), and the
+//     first value blocks while the last key blocks are scored.
 //
 // Rows that read the same blocks (RowGroup) are processed together: each
-// key and value block is read from memory once and used by every row that
-// needs it. Every row still runs its own arithmetic, in the same order as
-// when it is alone (per block: its own accumulators, the same FMA
-// sequence, its own softmax over its own length): a row's bits depend on
-// its query and keys only, never on its group, the batch or the threads.
+// key and value block is read from memory once, and each load feeds the
+// accumulators of a tile of up to 4 rows. Every row still runs its own
+// arithmetic, in the same order as when it is alone (per block: its own
+// accumulators, the same instruction sequence, its own softmax over its
+// own length): a row's bits depend on its query and keys only, never on
+// its group, the batch or the threads.
 
 #include "paged_decode.h"
 
 #ifdef __AVX512F__
 
-#include <immintrin.h>
-#include <math.h>
-
-#include <algorithm>
-#include <type_traits>
-#include <cstring>
+#include "paged_decode_avx512.h"
+#include "paged_decode_bf16.h"
 
 namespace paged {
-namespace {
-
-// Blocks are prefetched this far ahead into L2: one block's work is much
-// shorter than a DRAM miss, and L2 tracks more misses in flight than L1
-// (into L1, or 2 ahead, one core read ~9 GB/s from DRAM; this way ~15).
-constexpr int PREFETCH_AHEAD = 4;
-
-inline __m512 load16(const float *p) { return _mm512_loadu_ps(p); }
-// bfloat16 is the top half of a float32.
-inline __m512 load16(const uint16_t *p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
-
-inline float load1(const uint16_t *p) {
-  uint32_t bits = static_cast<uint32_t>(*p) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-inline float load1(const float *p) { return *p; }
-
-// Round to nearest even, as torch's float -> bfloat16 cast does (and as
-// the portable kernel's store: not vcvtneps2bf16, which flushes subnormals).
-inline void store1(uint16_t *p, float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) {
-    *p = static_cast<uint16_t>((bits >> 16) | 0x40);
-    return;
-  }
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  *p = static_cast<uint16_t>(bits >> 16);
-}
-inline void store1(float *p, float f) { *p = f; }
-
-inline void prefetch_span(const void *start, int64_t bytes) {
-  const char *p = static_cast<const char *>(start);
-  for (int64_t line = 0; line < bytes; line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
-}
-
-// exp(x) for the softmax's x <= 0: 2^n * e^r with n = round(x / ln 2) and
-// |r| <= ln2 / 2, e^r by Cephes' degree-6 expf polynomial (about 1 ulp).
-// Below -87 the result is 0 or a subnormal's neighbour: irrelevant next to
-// the peak's e^0 = 1. NaN stays NaN (max returns its second operand).
-inline __m512 exp16(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-87.f), x);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073e-3f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894e-2f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459e-1f));
-  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201e-1f));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-  return _mm512_scalef_ps(y, n);
-}
-
-inline __mmask16 tail_mask(int64_t remaining) {
-  return remaining >= 16 ? static_cast<__mmask16>(0xffff)
-                         : static_cast<__mmask16>((1u << remaining) - 1);
-}
-
-// Per-row state inside the thread's scratch buffer.
-struct Row {
-  int64_t len, blocks, padded;
-  float *query;  // [GROUP][HEAD_DIM], scaled
-  float *score;  // [GROUP][padded]: scores, then softmax numerators
-  float *acc;    // [GROUP][HEAD_DIM]: weighted sum of values
-  float inv[8];  // 1 / softmax denominator per head
-};
-
-// Register budget (of 32 zmm) for accumulators: rows are tiled so that
-// several rows share each key and value load while the accumulators stay
-// in registers.
-constexpr int ACC_REGS = 24;
-constexpr int MAX_TILE_ROWS = 4;
-
-// Independent chains per score: FMA latency is 4 cycles and each chain is
-// HEAD_DIM long, so few heads split their dims into even and odd chains.
-template <int GROUP, int BLOCK>
-constexpr int score_split() { return GROUP * (BLOCK / 16) >= 8 ? 1 : 2; }
-
-template <int GROUP, int BLOCK>
-constexpr int score_tile_rows() {
-  constexpr int per_row = score_split<GROUP, BLOCK>() * GROUP * (BLOCK / 16);
-  constexpr int rows = ACC_REGS / per_row;
-  return rows < 1 ? 1 : rows > MAX_TILE_ROWS ? MAX_TILE_ROWS : rows;
-}
+namespace avx512 {
 
 // Scores of block b's keys ([HEAD_DIM][BLOCK]) for R rows' GROUP heads,
 // into row.score[g * padded + b * BLOCK + j]. Each key vector is loaded
@@ -161,7 +69,7 @@ inline void score_rows(Row *const *rows, const T *keys, int64_t b) {
 template <int GROUP, int HEAD_DIM>
 constexpr int weigh_tile_rows() {
   constexpr int rows = ACC_REGS / (HEAD_DIM / 16);
-  return rows < 1 ? 1 : rows > MAX_TILE_ROWS ? MAX_TILE_ROWS : rows;
+  return rows < 1 ? 1 : rows > VALUE_TILE_ROWS ? VALUE_TILE_ROWS : rows;
 }
 
 // row.acc[g][:] += sum over block b's value rows ([BLOCK][HEAD_DIM]) that
@@ -207,41 +115,6 @@ inline void weigh_rows(Row *const *rows, const T *values, int64_t b) {
   }
 }
 
-// float32 pools are for tests and references: one row at a time there
-// halves the build time.
-template <typename T>
-constexpr int tile_rows(int rows) { return std::is_same_v<T, float> ? 1 : rows; }
-
-// The rows of `active` (count of them) in tiles of up to TILE_ROWS.
-template <int TILE_ROWS, typename F>
-inline void in_tiles(Row *const *active, int count, F &&tile) {
-  for (int i = 0; i < count; i += TILE_ROWS) {
-    const int n = count - i < TILE_ROWS ? count - i : TILE_ROWS;
-    switch (n) {
-      case 1: tile(active + i, std::integral_constant<int, 1>()); break;
-      case 2: if constexpr (TILE_ROWS >= 2) tile(active + i, std::integral_constant<int, 2>()); break;
-      case 3: if constexpr (TILE_ROWS >= 3) tile(active + i, std::integral_constant<int, 3>()); break;
-      case 4: if constexpr (TILE_ROWS >= 4) tile(active + i, std::integral_constant<int, 4>()); break;
-    }
-  }
-}
-
-// In place: s[t] = exp(s[t] - max) for t < len; returns 1 / sum.
-inline float softmax_numerators(float *s, int64_t len) {
-  __m512 peak = _mm512_set1_ps(-INFINITY);
-  for (int64_t t = 0; t < len; t += 16)
-    peak = _mm512_max_ps(peak, _mm512_mask_loadu_ps(peak, tail_mask(len - t), s + t));
-  const __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(peak));
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t t = 0; t < len; t += 16) {
-    const __mmask16 m = tail_mask(len - t);
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + t), top));
-    _mm512_mask_storeu_ps(s + t, m, e);
-    sum = _mm512_mask_add_ps(sum, m, sum, e);
-  }
-  return 1.f / _mm512_reduce_add_ps(sum);
-}
-
 thread_local std::vector<float> scratch;
 
 // One RowGroup against one kv head.
@@ -252,6 +125,7 @@ void attend(const Problem &p, const RowGroup &grp, int kv_head) {
   const T *v = static_cast<const T *>(p.v);
   const int64_t head_offset = kv_head * p.head_stride;
   const int64_t *table = grp.table;
+  constexpr bool paired = PAIRED_BF16 && std::is_same_v<T, uint16_t>;
 
   Row rows[MAX_GROUP_ROWS];
   int64_t need = 0, blocks = 0;
@@ -272,7 +146,10 @@ void attend(const Problem &p, const RowGroup &grp, int kv_head) {
     r.score = r.acc + GROUP * HEAD_DIM;
     next = r.score + GROUP * r.padded;
     const T *q = static_cast<const T *>(p.q) + (grp.first + i) * p.q_stride + kv_head * GROUP * HEAD_DIM;
-    for (int e = 0; e < GROUP * HEAD_DIM; ++e) r.query[e] = load1(q + e) * p.scale;
+    if constexpr (paired)
+      std::memcpy(r.query, q, sizeof(T) * GROUP * HEAD_DIM);
+    else
+      for (int e = 0; e < GROUP * HEAD_DIM; ++e) r.query[e] = load1(q + e) * p.scale;
     std::memset(r.acc, 0, sizeof(float) * GROUP * HEAD_DIM);
   }
   auto key_block = [&](int64_t b) { return k + table[b] * p.block_stride + head_offset; };
@@ -297,15 +174,20 @@ void attend(const Problem &p, const RowGroup &grp, int kv_head) {
       prefetch_span(value_block(ahead - blocks), BLOCK_ELEMS * sizeof(T));
     const T *keys = key_block(b);
     in_tiles<tile_rows<T>(score_tile_rows<GROUP, BLOCK>())>(active, rows_of(b), [&](Row *const *tile, auto r) {
-      score_rows<T, decltype(r)::value, GROUP, HEAD_DIM, BLOCK>(tile, keys, b);
+      if constexpr (paired)
+        score_rows_bf16<decltype(r)::value, GROUP, HEAD_DIM, BLOCK>(tile, keys, b, p.scale);
+      else
+        score_rows<T, decltype(r)::value, GROUP, HEAD_DIM, BLOCK>(tile, keys, b);
     });
   }
 
   // Softmax over each row's own keys (the tail of its last block is
   // padding, never read); the 1 / sum is applied to the output.
-  for (int i = 0; i < grp.count; ++i)
+  for (int i = 0; i < grp.count; ++i) {
     for (int g = 0; g < GROUP; ++g)
       rows[i].inv[g] = softmax_numerators(rows[i].score + g * rows[i].padded, rows[i].len);
+    if constexpr (paired) weights_to_bf16(rows[i], GROUP);
+  }
 
   // Pass 2: probability-weighted sum of the value rows.
   for (int64_t b = 0; b < blocks; ++b) {
@@ -313,7 +195,10 @@ void attend(const Problem &p, const RowGroup &grp, int kv_head) {
     if (ahead < blocks) prefetch_span(value_block(ahead), BLOCK_ELEMS * sizeof(T));
     const T *values = value_block(b);
     in_tiles<tile_rows<T>(weigh_tile_rows<GROUP, HEAD_DIM>())>(active, rows_of(b), [&](Row *const *tile, auto r) {
-      weigh_rows<T, decltype(r)::value, GROUP, HEAD_DIM, BLOCK>(tile, values, b);
+      if constexpr (paired)
+        weigh_rows_bf16<decltype(r)::value, GROUP, HEAD_DIM, BLOCK>(tile, values, b);
+      else
+        weigh_rows<T, decltype(r)::value, GROUP, HEAD_DIM, BLOCK>(tile, values, b);
     });
   }
 
@@ -322,17 +207,31 @@ void attend(const Problem &p, const RowGroup &grp, int kv_head) {
     T *out = static_cast<T *>(p.out) + first_head * HEAD_DIM;
     for (int g = 0; g < GROUP; ++g)
       for (int d = 0; d < HEAD_DIM; ++d)
-        store1(out + g * HEAD_DIM + d, rows[i].acc[g * HEAD_DIM + d] * rows[i].inv[g]);
+        store1(out + g * HEAD_DIM + d,
+               rows[i].acc[g * HEAD_DIM + (paired ? value_lane(d) : d)] * rows[i].inv[g]);
   }
 }
 
 template <typename T, int GROUP, int HEAD_DIM, int BLOCK>
 void run(const Problem &p) {
-  const std::vector<RowGroup> groups = group_rows(p, BLOCK);
+  std::vector<RowGroup> groups = group_rows(p, BLOCK);
+  // Longest first: threads take items as they finish, and a long item
+  // taken last would leave the other thread idle (batches come sorted by
+  // length). The order of items does not change any row's arithmetic.
+  std::vector<int64_t> keys(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) {
+    int64_t most = 0;
+    for (int r = 0; r < groups[i].count; ++r) most = std::max(most, p.kv_lens[groups[i].first + r]);
+    keys[i] = most * groups[i].count;
+  }
+  std::vector<int> order(groups.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return keys[a] > keys[b]; });
   const int items = static_cast<int>(groups.size()) * p.num_kv_heads;
 #pragma omp parallel for schedule(dynamic, 1)
   for (int item = 0; item < items; ++item)
-    attend<T, GROUP, HEAD_DIM, BLOCK>(p, groups[item / p.num_kv_heads], item % p.num_kv_heads);
+    attend<T, GROUP, HEAD_DIM, BLOCK>(p, groups[order[item / p.num_kv_heads]],
+                                      item % p.num_kv_heads);
 }
 
 template <typename T, int HEAD_DIM, int BLOCK>
@@ -368,11 +267,11 @@ Runner pick(int head_dim, int group, int block_size) {
   }
 }
 
-}  // namespace
+}  // namespace avx512
 
 Runner pick_avx512(int is_bf16, int head_dim, int group, int block_size) {
-  return is_bf16 ? pick<uint16_t>(head_dim, group, block_size)
-                 : pick<float>(head_dim, group, block_size);
+  return is_bf16 ? avx512::pick<uint16_t>(head_dim, group, block_size)
+                 : avx512::pick<float>(head_dim, group, block_size);
 }
 
 }  // namespace paged
