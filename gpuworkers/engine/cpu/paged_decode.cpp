@@ -7,7 +7,7 @@
 // memory-bound: this kernel reads each key and value once, in float32
 // registers, with no horizontal sums.
 //
-// Built by kernels.py with -O3 -march=native -ffast-math -fopenmp and loaded
+// Built by build.py with -O3 -march=native -ffast-math -fopenmp and loaded
 // with ctypes: no torch headers, so it compiles in seconds. OpenMP resolves
 // to the libgomp torch has already loaded (same soname): one thread pool.
 //
@@ -27,6 +27,11 @@
 // Query heads q*GROUP .. q*GROUP+GROUP-1 share kv head q (grouped-query
 // attention); GROUP, HEAD_DIM and BLOCK are template parameters so that the
 // accumulators stay in registers.
+//
+// Where the compiler targets AVX-512, paged_decode_avx512.cpp's kernel is
+// used instead of the portable one below; it also reads each block once
+// for consecutive rows over the same blocks (group_rows). Either way a
+// row's result depends only on its own query, keys and length.
 
 #include <math.h>
 
@@ -34,7 +39,47 @@
 #include <cstring>
 #include <vector>
 
+#include "paged_decode.h"
+
+namespace paged {
+
+// Rows i and i + 1 share blocks when they read the same table row, or
+// tables equal over the blocks both read (the torch metadata copies a
+// verification's table into each of its rows). The group's table is its
+// longest row's: every other member matches it on its own blocks.
+std::vector<RowGroup> group_rows(const Problem &p, int block_size) {
+  std::vector<RowGroup> groups;
+  groups.reserve(p.num_seqs);
+  int64_t leader_blocks = 0;
+  for (int i = 0; i < p.num_seqs; ++i) {
+    const int64_t *table = p.block_tables + (p.table_rows ? p.table_rows[i] : i) * p.table_stride;
+    const int64_t blocks = (p.kv_lens[i] + block_size - 1) / block_size;
+    if (!groups.empty()) {
+      RowGroup &last = groups.back();
+      const int64_t common = blocks < leader_blocks ? blocks : leader_blocks;
+      if (last.count < MAX_GROUP_ROWS &&
+          (table == last.table ||
+           std::memcmp(table, last.table, common * sizeof(int64_t)) == 0)) {
+        ++last.count;
+        if (blocks > leader_blocks) {
+          last.table = table;
+          leader_blocks = blocks;
+        }
+        continue;
+      }
+    }
+    groups.push_back({i, 1, table});
+    leader_blocks = blocks;
+  }
+  return groups;
+}
+
+}  // namespace paged
+
 namespace {
+
+using paged::Problem;
+using paged::Runner;
 
 // bfloat16 is the top half of a float32.
 inline float load(const uint16_t *p) {
@@ -57,20 +102,6 @@ inline void store(uint16_t *p, float f) {
   *p = static_cast<uint16_t>(bits >> 16);
 }
 inline void store(float *p, float f) { *p = f; }
-
-struct Problem {
-  const void *q;
-  int64_t q_stride;  // elements between two sequences' query rows
-  const void *k, *v;
-  const int64_t *block_tables;
-  int64_t table_stride;
-  const int64_t *table_rows;
-  const int64_t *kv_lens;
-  void *out;
-  int num_seqs, num_heads, num_kv_heads;
-  int64_t block_stride, head_stride;
-  float scale;
-};
 
 // One (sequence, kv head): GROUP query heads against that head's keys.
 template <typename T, int GROUP, int HEAD_DIM, int BLOCK>
@@ -162,8 +193,6 @@ void run(const Problem &p) {
   }
 }
 
-using Runner = void (*)(const Problem &);
-
 template <typename T, int HEAD_DIM, int BLOCK>
 Runner pick_group(int group) {
   switch (group) {
@@ -198,6 +227,7 @@ Runner pick(int head_dim, int group, int block_size) {
 }
 
 Runner pick_for(int is_bf16, int head_dim, int group, int block_size) {
+  if (Runner fast = paged::pick_avx512(is_bf16, head_dim, group, block_size)) return fast;
   return is_bf16 ? pick<uint16_t>(head_dim, group, block_size)
                  : pick<float>(head_dim, group, block_size);
 }

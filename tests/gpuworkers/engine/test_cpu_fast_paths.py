@@ -116,6 +116,49 @@ def test_kernel_rows_can_share_tables_and_keep_their_bits(library, dtype):
     torch.testing.assert_close(together.float(), expected, atol=tolerance, rtol=tolerance)
 
 
+@pytest.mark.parametrize(
+    ("num_heads", "num_kv_heads", "head_dim", "block_size"), [(9, 3, 64, 16), (16, 2, 128, 32)]
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shared_rows", [False, True])
+def test_kernel_reads_blocks_once_for_rows_over_one_sequence_and_keeps_their_bits(
+    library, num_heads, num_kv_heads, head_dim, block_size, dtype, shared_rows
+):
+    """Verification rows (lengths L..L+k over one sequence's blocks) are
+    processed together, each block read once for all of them; each row's
+    bits still equal that row computed alone. The rows' tables are copies
+    (the metadata's verifications) or one shared table (``table_rows``);
+    runs longer than a group, shorter rows after longer ones and a
+    neighbour with other blocks are included."""
+    lens = [70, 5, 3 * block_size + 1]
+    q, k_cache, v_cache, tables, _ = random_pool(
+        num_heads, num_kv_heads, head_dim, block_size, lens, dtype, seed=4
+    )
+    kernel = PagedDecodeKernel(library, num_heads, num_kv_heads, head_dim, block_size)
+    backend = TorchAttentionBackend(num_heads, num_kv_heads, head_dim, block_size)
+    keys, values = backend._views(k_cache, v_cache)
+    # Sequence 0: 11 rows (more than one group); 1: alone; 2: decreasing.
+    row_seqs = [0] * 11 + [1] + [2] * 4
+    row_lens = [60 + j for j in range(11)] + [5, 49, 48, 33, 1]
+    rows = torch.tensor(row_seqs)
+    row_lens = torch.tensor(row_lens)
+    gen = torch.Generator().manual_seed(5)
+    queries = torch.randn(len(row_seqs), num_heads, head_dim, generator=gen).to(dtype)
+    if shared_rows:
+        together = kernel.bind(tables, row_lens, rows)(queries, keys, values)
+    else:
+        together = kernel(queries, keys, values, tables[rows], row_lens)
+    for i, seq in enumerate(row_seqs):
+        table = tables[seq : seq + 1]
+        alone = kernel(queries[i : i + 1], keys, values, table, row_lens[i : i + 1])
+        assert torch.equal(together[i], alone[0]), f"row {i}"
+    expected = dense_reference(
+        queries, k_cache, v_cache, tables[rows], row_lens, num_kv_heads, head_dim, block_size
+    )
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(together.float(), expected, atol=tolerance, rtol=tolerance)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_backend_kernel_and_gather_paths_agree(library, dtype):
     """The same decode batch through the backend with and without the kernel:

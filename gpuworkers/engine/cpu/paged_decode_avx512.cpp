@@ -1,0 +1,285 @@
+// The paged decode kernel with AVX-512 intrinsics (paged_decode.cpp keeps
+// the portable one, used where the compiler has no AVX-512).
+//
+// Why intrinsics: the portable kernel's score loop is one chain of 64
+// dependent multiply-adds per query head and block (latency-bound, not
+// memory-bound), and gcc picks 256-bit vectors on AMD. Here:
+//   - bfloat16 pools use vdpbf16ps (paged_decode_bf16.h): two products
+//     per lane, no widening; float32 pools (and CPUs without AVX512_BF16)
+//     widen bfloat16 by a 16-bit shift and use FMAs;
+//   - scores of few heads are split into two interleaved chains (even and
+//     odd dims), so the FMA units are fed while memory is read;
+//   - exp is a vector polynomial, the softmax tail handled with masks;
+//   - blocks are prefetched PREFETCH_AHEAD ahead into L2 (they sit anywhere
+//     in the pool, where the hardware prefetcher cannot follow), and the
+//     first value blocks while the last key blocks are scored.
+//
+// Rows that read the same blocks (RowGroup) are processed together: each
+// key and value block is read from memory once, and each load feeds the
+// accumulators of a tile of up to 4 rows. Every row still runs its own
+// arithmetic, in the same order as when it is alone (per block: its own
+// accumulators, the same instruction sequence, its own softmax over its
+// own length): a row's bits depend on its query and keys only, never on
+// its group, the batch or the threads.
+
+#include "paged_decode.h"
+
+#ifdef __AVX512F__
+
+#include "paged_decode_avx512.h"
+#include "paged_decode_bf16.h"
+
+namespace paged {
+namespace avx512 {
+
+// Scores of block b's keys ([HEAD_DIM][BLOCK]) for R rows' GROUP heads,
+// into row.score[g * padded + b * BLOCK + j]. Each key vector is loaded
+// once for the R rows; each (row, head) keeps its own chains, so its bits
+// do not depend on R or on the other rows.
+template <typename T, int R, int GROUP, int HEAD_DIM, int BLOCK>
+inline void score_rows(Row *const *rows, const T *keys, int64_t b) {
+  constexpr int NB = BLOCK / 16;
+  constexpr int SPLIT = score_split<GROUP, BLOCK>();
+  __m512 acc[R][SPLIT][GROUP][NB];
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < SPLIT; ++s)
+      for (int g = 0; g < GROUP; ++g)
+        for (int c = 0; c < NB; ++c) acc[r][s][g][c] = _mm512_setzero_ps();
+  for (int d = 0; d < HEAD_DIM; d += SPLIT) {
+    for (int s = 0; s < SPLIT; ++s) {
+      __m512 key[NB];
+      for (int c = 0; c < NB; ++c) key[c] = load16(keys + (d + s) * BLOCK + c * 16);
+      for (int r = 0; r < R; ++r)
+        for (int g = 0; g < GROUP; ++g) {
+          const __m512 qd = _mm512_set1_ps(rows[r]->query[g * HEAD_DIM + d + s]);
+          for (int c = 0; c < NB; ++c)
+            acc[r][s][g][c] = _mm512_fmadd_ps(qd, key[c], acc[r][s][g][c]);
+        }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < GROUP; ++g)
+      for (int c = 0; c < NB; ++c) {
+        __m512 sum = acc[r][0][g][c];
+        for (int s = 1; s < SPLIT; ++s) sum = _mm512_add_ps(sum, acc[r][s][g][c]);
+        _mm512_storeu_ps(rows[r]->score + g * rows[r]->padded + b * BLOCK + c * 16, sum);
+      }
+}
+
+template <int GROUP, int HEAD_DIM>
+constexpr int weigh_tile_rows() {
+  constexpr int rows = ACC_REGS / (HEAD_DIM / 16);
+  return rows < 1 ? 1 : rows > VALUE_TILE_ROWS ? VALUE_TILE_ROWS : rows;
+}
+
+// row.acc[g][:] += sum over block b's value rows ([BLOCK][HEAD_DIM]) that
+// the row sees, weighted by its softmax numerators, for R rows. Heads are
+// tiled so the accumulators stay in registers (acc lives in memory
+// between blocks and tiles, exactly); each (row, head) adds its values in
+// token order whatever the tiling.
+template <typename T, int R, int GROUP, int HEAD_DIM, int BLOCK>
+inline void weigh_rows(Row *const *rows, const T *values, int64_t b) {
+  constexpr int NV = HEAD_DIM / 16;
+  constexpr int FIT = ACC_REGS / (NV * R);
+  constexpr int TILE = FIT < 1 ? 1 : FIT < GROUP ? FIT : GROUP;
+  int64_t seen[R], most = 0;
+  for (int r = 0; r < R; ++r) {
+    seen[r] = std::min<int64_t>(BLOCK, rows[r]->len - b * BLOCK);
+    most = std::max(most, seen[r]);
+  }
+  for (int g0 = 0; g0 < GROUP; g0 += TILE) {
+    __m512 acc[R][TILE][NV];
+    for (int r = 0; r < R; ++r)
+      for (int g = 0; g < TILE; ++g)
+        if (g0 + g < GROUP)
+          for (int c = 0; c < NV; ++c)
+            acc[r][g][c] = _mm512_loadu_ps(rows[r]->acc + (g0 + g) * HEAD_DIM + c * 16);
+    for (int64_t o = 0; o < most; ++o) {
+      __m512 value[NV];
+      for (int c = 0; c < NV; ++c) value[c] = load16(values + o * HEAD_DIM + c * 16);
+      for (int r = 0; r < R; ++r) {
+        if (o >= seen[r]) continue;
+        const float *weight = rows[r]->score + b * BLOCK + o;
+        for (int g = 0; g < TILE; ++g)
+          if (g0 + g < GROUP) {
+            const __m512 w = _mm512_set1_ps(weight[(g0 + g) * rows[r]->padded]);
+            for (int c = 0; c < NV; ++c) acc[r][g][c] = _mm512_fmadd_ps(w, value[c], acc[r][g][c]);
+          }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int g = 0; g < TILE; ++g)
+        if (g0 + g < GROUP)
+          for (int c = 0; c < NV; ++c)
+            _mm512_storeu_ps(rows[r]->acc + (g0 + g) * HEAD_DIM + c * 16, acc[r][g][c]);
+  }
+}
+
+thread_local std::vector<float> scratch;
+
+// One RowGroup against one kv head.
+template <typename T, int GROUP, int HEAD_DIM, int BLOCK>
+void attend(const Problem &p, const RowGroup &grp, int kv_head) {
+  constexpr int64_t BLOCK_ELEMS = static_cast<int64_t>(HEAD_DIM) * BLOCK;
+  const T *k = static_cast<const T *>(p.k);
+  const T *v = static_cast<const T *>(p.v);
+  const int64_t head_offset = kv_head * p.head_stride;
+  const int64_t *table = grp.table;
+  constexpr bool paired = PAIRED_BF16 && std::is_same_v<T, uint16_t>;
+
+  Row rows[MAX_GROUP_ROWS];
+  int64_t need = 0, blocks = 0;
+  for (int i = 0; i < grp.count; ++i) {
+    Row &r = rows[i];
+    r.len = p.kv_lens[grp.first + i];
+    r.blocks = (r.len + BLOCK - 1) / BLOCK;
+    r.padded = r.blocks * BLOCK;
+    blocks = std::max(blocks, r.blocks);
+    need += GROUP * (2 * HEAD_DIM + r.padded);
+  }
+  if (static_cast<int64_t>(scratch.size()) < need) scratch.resize(need);
+  float *next = scratch.data();
+  for (int i = 0; i < grp.count; ++i) {
+    Row &r = rows[i];
+    r.query = next;
+    r.acc = r.query + GROUP * HEAD_DIM;
+    r.score = r.acc + GROUP * HEAD_DIM;
+    next = r.score + GROUP * r.padded;
+    const T *q = static_cast<const T *>(p.q) + (grp.first + i) * p.q_stride + kv_head * GROUP * HEAD_DIM;
+    if constexpr (paired)
+      std::memcpy(r.query, q, sizeof(T) * GROUP * HEAD_DIM);
+    else
+      for (int e = 0; e < GROUP * HEAD_DIM; ++e) r.query[e] = load1(q + e) * p.scale;
+    std::memset(r.acc, 0, sizeof(float) * GROUP * HEAD_DIM);
+  }
+  auto key_block = [&](int64_t b) { return k + table[b] * p.block_stride + head_offset; };
+  auto value_block = [&](int64_t b) { return v + table[b] * p.block_stride + head_offset; };
+  // The rows that read block b (a shorter row's blocks are a prefix).
+  Row *active[MAX_GROUP_ROWS];
+  auto rows_of = [&](int64_t b) {
+    int count = 0;
+    for (int i = 0; i < grp.count; ++i)
+      if (b < rows[i].blocks) active[count++] = &rows[i];
+    return count;
+  };
+  for (int64_t b = 0; b < PREFETCH_AHEAD && b < blocks; ++b)
+    prefetch_span(key_block(b), BLOCK_ELEMS * sizeof(T));
+
+  // Pass 1: scores.
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t ahead = b + PREFETCH_AHEAD;
+    if (ahead < blocks)
+      prefetch_span(key_block(ahead), BLOCK_ELEMS * sizeof(T));
+    else if (ahead - blocks < blocks)  // pass 2's first blocks
+      prefetch_span(value_block(ahead - blocks), BLOCK_ELEMS * sizeof(T));
+    const T *keys = key_block(b);
+    in_tiles<tile_rows<T>(score_tile_rows<GROUP, BLOCK>())>(active, rows_of(b), [&](Row *const *tile, auto r) {
+      if constexpr (paired)
+        score_rows_bf16<decltype(r)::value, GROUP, HEAD_DIM, BLOCK>(tile, keys, b, p.scale);
+      else
+        score_rows<T, decltype(r)::value, GROUP, HEAD_DIM, BLOCK>(tile, keys, b);
+    });
+  }
+
+  // Softmax over each row's own keys (the tail of its last block is
+  // padding, never read); the 1 / sum is applied to the output.
+  for (int i = 0; i < grp.count; ++i) {
+    for (int g = 0; g < GROUP; ++g)
+      rows[i].inv[g] = softmax_numerators(rows[i].score + g * rows[i].padded, rows[i].len);
+    if constexpr (paired) weights_to_bf16(rows[i], GROUP);
+  }
+
+  // Pass 2: probability-weighted sum of the value rows.
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t ahead = b + PREFETCH_AHEAD;
+    if (ahead < blocks) prefetch_span(value_block(ahead), BLOCK_ELEMS * sizeof(T));
+    const T *values = value_block(b);
+    in_tiles<tile_rows<T>(weigh_tile_rows<GROUP, HEAD_DIM>())>(active, rows_of(b), [&](Row *const *tile, auto r) {
+      if constexpr (paired)
+        weigh_rows_bf16<decltype(r)::value, GROUP, HEAD_DIM, BLOCK>(tile, values, b);
+      else
+        weigh_rows<T, decltype(r)::value, GROUP, HEAD_DIM, BLOCK>(tile, values, b);
+    });
+  }
+
+  for (int i = 0; i < grp.count; ++i) {
+    const int64_t first_head = static_cast<int64_t>(grp.first + i) * p.num_heads + kv_head * GROUP;
+    T *out = static_cast<T *>(p.out) + first_head * HEAD_DIM;
+    for (int g = 0; g < GROUP; ++g)
+      for (int d = 0; d < HEAD_DIM; ++d)
+        store1(out + g * HEAD_DIM + d,
+               rows[i].acc[g * HEAD_DIM + (paired ? value_lane(d) : d)] * rows[i].inv[g]);
+  }
+}
+
+template <typename T, int GROUP, int HEAD_DIM, int BLOCK>
+void run(const Problem &p) {
+  std::vector<RowGroup> groups = group_rows(p, BLOCK);
+  // Longest first: threads take items as they finish, and a long item
+  // taken last would leave the other thread idle (batches come sorted by
+  // length). The order of items does not change any row's arithmetic.
+  std::vector<int64_t> keys(groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) {
+    int64_t most = 0;
+    for (int r = 0; r < groups[i].count; ++r) most = std::max(most, p.kv_lens[groups[i].first + r]);
+    keys[i] = most * groups[i].count;
+  }
+  std::vector<int> order(groups.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return keys[a] > keys[b]; });
+  const int items = static_cast<int>(groups.size()) * p.num_kv_heads;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int item = 0; item < items; ++item)
+    attend<T, GROUP, HEAD_DIM, BLOCK>(p, groups[order[item / p.num_kv_heads]],
+                                      item % p.num_kv_heads);
+}
+
+template <typename T, int HEAD_DIM, int BLOCK>
+Runner pick_group(int group) {
+  switch (group) {
+    case 1: return run<T, 1, HEAD_DIM, BLOCK>;
+    case 2: return run<T, 2, HEAD_DIM, BLOCK>;
+    case 3: return run<T, 3, HEAD_DIM, BLOCK>;
+    case 4: return run<T, 4, HEAD_DIM, BLOCK>;
+    case 5: return run<T, 5, HEAD_DIM, BLOCK>;
+    case 6: return run<T, 6, HEAD_DIM, BLOCK>;
+    case 7: return run<T, 7, HEAD_DIM, BLOCK>;
+    case 8: return run<T, 8, HEAD_DIM, BLOCK>;
+    default: return nullptr;
+  }
+}
+
+template <typename T, int BLOCK>
+Runner pick_head_dim(int head_dim, int group) {
+  switch (head_dim) {
+    case 64: return pick_group<T, 64, BLOCK>(group);
+    case 128: return pick_group<T, 128, BLOCK>(group);
+    default: return nullptr;
+  }
+}
+
+template <typename T>
+Runner pick(int head_dim, int group, int block_size) {
+  switch (block_size) {
+    case 16: return pick_head_dim<T, 16>(head_dim, group);
+    case 32: return pick_head_dim<T, 32>(head_dim, group);
+    default: return nullptr;
+  }
+}
+
+}  // namespace avx512
+
+Runner pick_avx512(int is_bf16, int head_dim, int group, int block_size) {
+  return is_bf16 ? avx512::pick<uint16_t>(head_dim, group, block_size)
+                 : avx512::pick<float>(head_dim, group, block_size);
+}
+
+}  // namespace paged
+
+#else  // no AVX-512: paged_decode.cpp's portable kernel everywhere
+
+namespace paged {
+Runner pick_avx512(int, int, int, int) { return nullptr; }
+}  // namespace paged
+
+#endif
