@@ -128,7 +128,7 @@ async def test_bad_completion_requests_are_400s_naming_the_param(api_key_factory
 
 
 async def test_vllm_extras_through_extra_body(worker, api_key_factory, demo_model):
-    """top_k=1 and min_p=1 are greedy; stop_token_ids and include_stop_str_in_output
+    """top_k=1 and min_p=1 are greedy but for ties; stop_token_ids and include_stop_str_in_output
     end where asked; ignore_eos with max_completion_tokens runs the full length."""
     client = await pro_client(api_key_factory)
     messages = [{"role": "user", "content": f"Count to ten ({uuid.uuid4().hex[:6]})."}]
@@ -139,11 +139,24 @@ async def test_vllm_extras_through_extra_body(worker, api_key_factory, demo_mode
             model=DEMO, messages=messages, max_completion_tokens=8, extra_body=body, **kwargs
         )
 
-    greedy = (await chat(temperature=0)).choices[0].message.content
-    assert (await chat(temperature=1, extra_body={"top_k": 1})).choices[0].message.content == greedy
-    assert (await chat(temperature=1, extra_body={"min_p": 1.0})).choices[0].message.content == (
-        greedy
-    )
+    greedy_reply = await chat(temperature=0, logprobs=True, top_logprobs=3)
+    greedy = greedy_reply.choices[0].message.content
+    # top_k=1 and min_p=1 keep every token tied for the top probability (the
+    # sampler's cuts keep ties, and bfloat16 logits do tie): the greedy
+    # tokens up to the first tie, and there one of the tied tokens.
+    for extra in ({"top_k": 1}, {"min_p": 1.0}):
+        reply = await chat(temperature=1, logprobs=True, extra_body=extra)
+        # Past a tie the two replies may differ in length too.
+        steps = zip(
+            greedy_reply.choices[0].logprobs.content,
+            reply.choices[0].logprobs.content,
+            strict=False,
+        )
+        for step, got in steps:
+            tied = {t.token for t in step.top_logprobs if t.logprob == step.logprob}
+            assert step.token in tied and got.token in tied, (extra, step, got)
+            if len(tied) > 1:
+                break
     seeded = [(await chat(temperature=1.0, seed=3)).choices[0].message.content for _ in range(2)]
     assert seeded[0] == seeded[1]
     token_ids = worker.engine.tokenizer.encode(greedy)
