@@ -80,28 +80,8 @@ namespace {
 
 using paged::Problem;
 using paged::Runner;
-
-// bfloat16 is the top half of a float32.
-inline float load(const uint16_t *p) {
-  uint32_t bits = static_cast<uint32_t>(*p) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-inline float load(const float *p) { return *p; }
-
-// Round to nearest even, as torch's float -> bfloat16 cast does.
-inline void store(uint16_t *p, float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN stays NaN
-    *p = static_cast<uint16_t>((bits >> 16) | 0x40);
-    return;
-  }
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  *p = static_cast<uint16_t>(bits >> 16);
-}
-inline void store(float *p, float f) { *p = f; }
+using paged::load1;
+using paged::store1;
 
 // One (sequence, kv head): GROUP query heads against that head's keys.
 template <typename T, int GROUP, int HEAD_DIM, int BLOCK>
@@ -118,7 +98,7 @@ void attend(const Problem &p, int seq, int kv_head, std::vector<float> &scores) 
 
   float query[GROUP][HEAD_DIM];
   for (int g = 0; g < GROUP; ++g)
-    for (int d = 0; d < HEAD_DIM; ++d) query[g][d] = load(q + g * HEAD_DIM + d) * p.scale;
+    for (int d = 0; d < HEAD_DIM; ++d) query[g][d] = load1(q + g * HEAD_DIM + d) * p.scale;
 
   // Pass 1: scores, BLOCK tokens at a time; each key element is loaded once
   // and feeds GROUP fused multiply-adds. Blocks sit anywhere in the pool,
@@ -135,7 +115,7 @@ void attend(const Problem &p, int seq, int kv_head, std::vector<float> &scores) 
       // The next block, a line at a time, while this one is computed.
       if (d * BLOCK * sizeof(T) % 64 == 0) __builtin_prefetch(next + d * BLOCK);
       float key[BLOCK];
-      for (int j = 0; j < BLOCK; ++j) key[j] = load(keys + d * BLOCK + j);
+      for (int j = 0; j < BLOCK; ++j) key[j] = load1(keys + d * BLOCK + j);
       for (int g = 0; g < GROUP; ++g)
         for (int j = 0; j < BLOCK; ++j) acc[g][j] += query[g][d] * key[j];
     }
@@ -169,7 +149,7 @@ void attend(const Problem &p, int seq, int kv_head, std::vector<float> &scores) 
       for (int64_t line = 0; line < HEAD_DIM * sizeof(T); line += 64)
         __builtin_prefetch(reinterpret_cast<const char *>(next + o * HEAD_DIM) + line);
       float value[HEAD_DIM];
-      for (int d = 0; d < HEAD_DIM; ++d) value[d] = load(values + o * HEAD_DIM + d);
+      for (int d = 0; d < HEAD_DIM; ++d) value[d] = load1(values + o * HEAD_DIM + d);
       for (int g = 0; g < GROUP; ++g) {
         const float w = score[g * padded + t];
         for (int d = 0; d < HEAD_DIM; ++d) acc[g][d] += w * value[d];
@@ -178,58 +158,26 @@ void attend(const Problem &p, int seq, int kv_head, std::vector<float> &scores) 
   }
   T *out = static_cast<T *>(p.out) + first_head * HEAD_DIM;
   for (int g = 0; g < GROUP; ++g)
-    for (int d = 0; d < HEAD_DIM; ++d) store(out + g * HEAD_DIM + d, acc[g][d]);
+    for (int d = 0; d < HEAD_DIM; ++d) store1(out + g * HEAD_DIM + d, acc[g][d]);
 }
 
-template <typename T, int GROUP, int HEAD_DIM, int BLOCK>
-void run(const Problem &p) {
-  const int items = p.num_seqs * p.num_kv_heads;
+struct Portable {
+  template <typename T, int GROUP, int HEAD_DIM, int BLOCK>
+  static void run(const Problem &p) {
+    const int items = p.num_seqs * p.num_kv_heads;
 #pragma omp parallel
-  {
-    std::vector<float> scores;  // per thread, reused across items
+    {
+      std::vector<float> scores;  // per thread, reused across items
 #pragma omp for schedule(dynamic, 1)
-    for (int item = 0; item < items; ++item)
-      attend<T, GROUP, HEAD_DIM, BLOCK>(p, item / p.num_kv_heads, item % p.num_kv_heads, scores);
+      for (int item = 0; item < items; ++item)
+        attend<T, GROUP, HEAD_DIM, BLOCK>(p, item / p.num_kv_heads, item % p.num_kv_heads, scores);
+    }
   }
-}
-
-template <typename T, int HEAD_DIM, int BLOCK>
-Runner pick_group(int group) {
-  switch (group) {
-    case 1: return run<T, 1, HEAD_DIM, BLOCK>;
-    case 2: return run<T, 2, HEAD_DIM, BLOCK>;
-    case 3: return run<T, 3, HEAD_DIM, BLOCK>;
-    case 4: return run<T, 4, HEAD_DIM, BLOCK>;
-    case 5: return run<T, 5, HEAD_DIM, BLOCK>;
-    case 6: return run<T, 6, HEAD_DIM, BLOCK>;
-    case 7: return run<T, 7, HEAD_DIM, BLOCK>;
-    case 8: return run<T, 8, HEAD_DIM, BLOCK>;
-    default: return nullptr;
-  }
-}
-
-template <typename T, int BLOCK>
-Runner pick_head_dim(int head_dim, int group) {
-  switch (head_dim) {
-    case 64: return pick_group<T, 64, BLOCK>(group);
-    case 128: return pick_group<T, 128, BLOCK>(group);
-    default: return nullptr;
-  }
-}
-
-template <typename T>
-Runner pick(int head_dim, int group, int block_size) {
-  switch (block_size) {
-    case 16: return pick_head_dim<T, 16>(head_dim, group);
-    case 32: return pick_head_dim<T, 32>(head_dim, group);
-    default: return nullptr;
-  }
-}
+};
 
 Runner pick_for(int is_bf16, int head_dim, int group, int block_size) {
   if (Runner fast = paged::pick_avx512(is_bf16, head_dim, group, block_size)) return fast;
-  return is_bf16 ? pick<uint16_t>(head_dim, group, block_size)
-                 : pick<float>(head_dim, group, block_size);
+  return paged::pick_shape<Portable>(is_bf16, head_dim, group, block_size);
 }
 
 // Store new tokens' keys and values at their slots (block * block_size +

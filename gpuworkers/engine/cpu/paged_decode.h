@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace paged {
@@ -42,5 +43,75 @@ std::vector<RowGroup> group_rows(const Problem &p, int block_size);
 // The AVX-512 kernel for this shape, or nullptr (no AVX-512 at build time,
 // or a shape without an instance).
 Runner pick_avx512(int is_bf16, int head_dim, int group, int block_size);
+
+// bfloat16 is the top half of a float32.
+inline float load1(const uint16_t *p) {
+  uint32_t bits = static_cast<uint32_t>(*p) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline float load1(const float *p) { return *p; }
+
+// Round to nearest even, as torch's float -> bfloat16 cast does (not
+// vcvtneps2bf16, which flushes subnormals).
+inline void store1(uint16_t *p, float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN stays NaN
+    *p = static_cast<uint16_t>((bits >> 16) | 0x40);
+    return;
+  }
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  *p = static_cast<uint16_t>(bits >> 16);
+}
+inline void store1(float *p, float f) { *p = f; }
+
+// The shapes a kernel is instantiated for: Kernel::run<T, GROUP, HEAD_DIM,
+// BLOCK> with T uint16_t (bfloat16) or float, GROUP 1..8, HEAD_DIM 64 or
+// 128, BLOCK 16 or 32 (template parameters, so accumulators stay in
+// registers). pick_shape gives nullptr for any other shape.
+namespace dispatch {
+
+template <typename Kernel, typename T, int HEAD_DIM, int BLOCK>
+Runner pick_group(int group) {
+  switch (group) {
+    case 1: return Kernel::template run<T, 1, HEAD_DIM, BLOCK>;
+    case 2: return Kernel::template run<T, 2, HEAD_DIM, BLOCK>;
+    case 3: return Kernel::template run<T, 3, HEAD_DIM, BLOCK>;
+    case 4: return Kernel::template run<T, 4, HEAD_DIM, BLOCK>;
+    case 5: return Kernel::template run<T, 5, HEAD_DIM, BLOCK>;
+    case 6: return Kernel::template run<T, 6, HEAD_DIM, BLOCK>;
+    case 7: return Kernel::template run<T, 7, HEAD_DIM, BLOCK>;
+    case 8: return Kernel::template run<T, 8, HEAD_DIM, BLOCK>;
+    default: return nullptr;
+  }
+}
+
+template <typename Kernel, typename T, int BLOCK>
+Runner pick_head_dim(int head_dim, int group) {
+  switch (head_dim) {
+    case 64: return pick_group<Kernel, T, 64, BLOCK>(group);
+    case 128: return pick_group<Kernel, T, 128, BLOCK>(group);
+    default: return nullptr;
+  }
+}
+
+template <typename Kernel, typename T>
+Runner pick_block(int head_dim, int group, int block_size) {
+  switch (block_size) {
+    case 16: return pick_head_dim<Kernel, T, 16>(head_dim, group);
+    case 32: return pick_head_dim<Kernel, T, 32>(head_dim, group);
+    default: return nullptr;
+  }
+}
+
+}  // namespace dispatch
+
+template <typename Kernel>
+Runner pick_shape(int is_bf16, int head_dim, int group, int block_size) {
+  return is_bf16 ? dispatch::pick_block<Kernel, uint16_t>(head_dim, group, block_size)
+                 : dispatch::pick_block<Kernel, float>(head_dim, group, block_size);
+}
 
 }  // namespace paged

@@ -212,66 +212,34 @@ void attend(const Problem &p, const RowGroup &grp, int kv_head) {
   }
 }
 
-template <typename T, int GROUP, int HEAD_DIM, int BLOCK>
-void run(const Problem &p) {
-  std::vector<RowGroup> groups = group_rows(p, BLOCK);
-  // Longest first: threads take items as they finish, and a long item
-  // taken last would leave the other thread idle (batches come sorted by
-  // length). The order of items does not change any row's arithmetic.
-  std::vector<int64_t> keys(groups.size());
-  for (size_t i = 0; i < groups.size(); ++i) {
-    int64_t most = 0;
-    for (int r = 0; r < groups[i].count; ++r) most = std::max(most, p.kv_lens[groups[i].first + r]);
-    keys[i] = most * groups[i].count;
-  }
-  std::vector<int> order(groups.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return keys[a] > keys[b]; });
-  const int items = static_cast<int>(groups.size()) * p.num_kv_heads;
+struct Kernel {
+  template <typename T, int GROUP, int HEAD_DIM, int BLOCK>
+  static void run(const Problem &p) {
+    std::vector<RowGroup> groups = group_rows(p, BLOCK);
+    // Longest first: threads take items as they finish, and a long item
+    // taken last would leave the other thread idle (batches come sorted by
+    // length). The order of items does not change any row's arithmetic.
+    std::vector<int64_t> keys(groups.size());
+    for (size_t i = 0; i < groups.size(); ++i) {
+      int64_t most = 0;
+      for (int r = 0; r < groups[i].count; ++r) most = std::max(most, p.kv_lens[groups[i].first + r]);
+      keys[i] = most * groups[i].count;
+    }
+    std::vector<int> order(groups.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return keys[a] > keys[b]; });
+    const int items = static_cast<int>(groups.size()) * p.num_kv_heads;
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int item = 0; item < items; ++item)
-    attend<T, GROUP, HEAD_DIM, BLOCK>(p, groups[order[item / p.num_kv_heads]],
-                                      item % p.num_kv_heads);
-}
-
-template <typename T, int HEAD_DIM, int BLOCK>
-Runner pick_group(int group) {
-  switch (group) {
-    case 1: return run<T, 1, HEAD_DIM, BLOCK>;
-    case 2: return run<T, 2, HEAD_DIM, BLOCK>;
-    case 3: return run<T, 3, HEAD_DIM, BLOCK>;
-    case 4: return run<T, 4, HEAD_DIM, BLOCK>;
-    case 5: return run<T, 5, HEAD_DIM, BLOCK>;
-    case 6: return run<T, 6, HEAD_DIM, BLOCK>;
-    case 7: return run<T, 7, HEAD_DIM, BLOCK>;
-    case 8: return run<T, 8, HEAD_DIM, BLOCK>;
-    default: return nullptr;
+    for (int item = 0; item < items; ++item)
+      attend<T, GROUP, HEAD_DIM, BLOCK>(p, groups[order[item / p.num_kv_heads]],
+                                        item % p.num_kv_heads);
   }
-}
-
-template <typename T, int BLOCK>
-Runner pick_head_dim(int head_dim, int group) {
-  switch (head_dim) {
-    case 64: return pick_group<T, 64, BLOCK>(group);
-    case 128: return pick_group<T, 128, BLOCK>(group);
-    default: return nullptr;
-  }
-}
-
-template <typename T>
-Runner pick(int head_dim, int group, int block_size) {
-  switch (block_size) {
-    case 16: return pick_head_dim<T, 16>(head_dim, group);
-    case 32: return pick_head_dim<T, 32>(head_dim, group);
-    default: return nullptr;
-  }
-}
+};
 
 }  // namespace avx512
 
 Runner pick_avx512(int is_bf16, int head_dim, int group, int block_size) {
-  return is_bf16 ? avx512::pick<uint16_t>(head_dim, group, block_size)
-                 : avx512::pick<float>(head_dim, group, block_size);
+  return pick_shape<avx512::Kernel>(is_bf16, head_dim, group, block_size);
 }
 
 }  // namespace paged

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "paged_decode.h"
+
 namespace paged {
 namespace avx512 {
 
@@ -26,28 +28,6 @@ inline __m512 load16(const uint16_t *p) {
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
 }
-
-inline float load1(const uint16_t *p) {
-  uint32_t bits = static_cast<uint32_t>(*p) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-inline float load1(const float *p) { return *p; }
-
-// Round to nearest even, as torch's float -> bfloat16 cast does (and as
-// the portable kernel's store: not vcvtneps2bf16, which flushes subnormals).
-inline void store1(uint16_t *p, float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) {
-    *p = static_cast<uint16_t>((bits >> 16) | 0x40);
-    return;
-  }
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  *p = static_cast<uint16_t>(bits >> 16);
-}
-inline void store1(float *p, float f) { *p = f; }
 
 inline void prefetch_span(const void *start, int64_t bytes) {
   const char *p = static_cast<const char *>(start);
