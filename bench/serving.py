@@ -61,23 +61,28 @@ FIGURES = (
 )
 
 
+def add_workload_args(parser: argparse.ArgumentParser) -> None:
+    """The workload's shape and our engine's size (also ``bench.serving_engine``'s)."""
+    parser.add_argument("--num-prompts", type=int, default=64)
+    parser.add_argument("--max-concurrency", type=int, default=24)
+    parser.add_argument("--input-len", type=int, default=384)
+    parser.add_argument("--output-len", type=int, default=160)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kv-cache-mb", type=int, default=512)
+    parser.add_argument("--threads", type=int, default=2, help="our engine's torch threads")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench.serving",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--num-prompts", type=int, default=64)
-    parser.add_argument("--max-concurrency", type=int, default=24)
-    parser.add_argument("--input-len", type=int, default=384)
-    parser.add_argument("--output-len", type=int, default=160)
-    parser.add_argument("--seed", type=int, default=0)
+    add_workload_args(parser)
     parser.add_argument("--peers", default="ours,vllm", help="comma-separated, in run order")
     parser.add_argument(
         "--database-url", default="postgres://postgres@127.0.0.1:5432/bench_serving"
     )
-    parser.add_argument("--kv-cache-mb", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=2, help="our worker's torch threads")
     parser.add_argument("--max-concurrent", type=int, default=256, help="the tier's cap")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "serving.json")
     return parser.parse_args(argv)

@@ -137,10 +137,17 @@ def stream_chunk(
 class ChunkStream:
     """Maps one response's events to ``chat.completion.chunk`` payloads.
 
-    The ``created`` event becomes the role chunk, each delta one chunk with
-    every choice that has something to say, and the terminal event the
-    missing finish_reasons, the usage chunk and (on failure) an error.
-    A choice's finish_reason is sent exactly once, on its last chunk.
+    Each delta becomes one chunk with every choice that has something to
+    say, and the terminal event the missing finish_reasons, the usage chunk
+    and (on failure) an error. A choice's finish_reason is sent exactly
+    once, on its last chunk.
+
+    The role chunk goes out just before the first content (or the ending),
+    not at ``created``: clients time the first token by the first chunk
+    (vLLM's ``bench serve`` and OpenAI's own stream both put it there), so a
+    role chunk sent at admission would report queueing, not prefill, as
+    time to first token. The stream is not silent meanwhile: SSE
+    keep-alive comments run from the start (``inference.sse``).
     """
 
     response_id: str
@@ -150,17 +157,22 @@ class ChunkStream:
     include_usage: bool
     ledger: UsageLedger = field(default_factory=UsageLedger)
     finished: set[int] = field(default_factory=set)
+    role_sent: bool = False
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         return stream_chunk(self, "chat.completion.chunk", choices, extra)
+
+    def _with_role(self, payloads: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.role_sent or not payloads:
+            return payloads
+        self.role_sent = True
+        role = {"role": "assistant", "content": ""}
+        return [self._chunk([_choice(i, role) for i in range(self.n)]), *payloads]
 
     def payloads(self, event: dict[str, Any]) -> list[dict[str, Any]]:
         """The payloads for one event; ``{"error": ...}`` for a failed ending."""
         self.ledger.add(event)
         kind = event["type"]
-        if kind == EventType.CREATED:
-            role = {"role": "assistant", "content": ""}
-            return [self._chunk([_choice(i, role) for i in range(self.n)])]
         if kind == EventType.DELTA:
             choices = []
             for c in event["choices"]:
@@ -181,7 +193,7 @@ class ChunkStream:
                 choices.append(_choice(c["index"], delta, logprobs, reason))
                 if reason:
                     self.finished.add(c["index"])
-            return [self._chunk(choices)] if choices else []
+            return self._with_role([self._chunk(choices)] if choices else [])
         if kind not in TERMINAL_EVENTS:
             return []
         return self._terminal_payloads(event)
@@ -203,7 +215,8 @@ class ChunkStream:
         if self.include_usage:
             usage = self.ledger.summary(event).payload()
             payloads.append(self._chunk([], usage=usage))
-        return payloads
+        # An ending with no content before it still says the role first.
+        return self._with_role(payloads)
 
 
 def _choice(

@@ -105,7 +105,9 @@ async def _sse_body(
                 seq = int(event["seq"])
                 payloads = frames.payloads(event)
                 terminal = event["type"] in TERMINAL_EVENTS
-                if seq > after_seq or event.get("local"):
+                # ``created`` alone has no frame (the role chunk waits for
+                # the first content), so nothing is written for it.
+                if (payloads or terminal) and (seq > after_seq or event.get("local")):
                     data = [json.dumps(p, separators=(",", ":")) for p in payloads]
                     names = [p.get("type") if encoding.named_events else None for p in payloads]
                     if terminal and encoding.done_marker:

@@ -137,8 +137,11 @@ async def test_resumable_header_adds_rising_event_ids(worker_factory, pro_key):
     stream = asgi_post("/v1/chat/completions", pro_key, payload, **{"x-stream-resumable": "1"})
     events = sse_events(await stream.read_all())
     ids = [int(event_id) for event_id, _ in events if event_id is not None]
-    # created, three deltas, the terminal (its finish chunk and [DONE] share one id).
-    assert ids == [1, 2, 3, 4, 5]
+    # created has no frame (the role chunk rides with the first delta), then
+    # three deltas, the terminal (its finish chunk and [DONE] share one id).
+    assert ids == [2, 3, 4, 5]
+    assert json.loads(events[0][1])["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert events[0][0] is None and events[1][0] == "2"
     assert events[-1] == ("5", "[DONE]")
 
 
