@@ -355,7 +355,11 @@ class LLMEngine:
     def cpu_fast_paths(self) -> list[str]:
         """The CPU fast paths in use (engine/cpu/); empty on plain torch or CUDA."""
         enabled = list(getattr(self.runner.model, "cpu_fast_paths", []))
-        if getattr(self.runner.backend, "kernel", None) is not None:
+        backend = self.runner.backend
+        prefill = getattr(backend, "prefill_kernel", None)
+        if prefill is not None and prefill.supports(self.runner.dtype, self.runner.device):
+            enabled.insert(0, "prefill-attention-kernel")
+        if getattr(backend, "kernel", None) is not None:
             enabled.insert(0, "paged-decode-kernel")
         return enabled
 

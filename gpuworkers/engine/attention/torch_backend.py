@@ -3,10 +3,14 @@
 Decode rows: on CPU, one call of the compiled paged-decode kernel
 (engine/cpu/paged_decode.cpp) reads K/V in place from the pool; where it is not
 available (no compiler, float16, CUDA) the rows are gathered into dense
-copies, in groups of similar length, for two matmuls. Prefill chunks: one
-scaled_dot_product_attention call each (flash attention on CPU); a chunk
-after cached context goes in tiles of ``PREFILL_QUERY_TILE`` queries, each
-with its own causal mask, so no mask is ever larger than tile x keys.
+copies, in groups of similar length, for two matmuls. Prefill chunks in
+bfloat16 on CPU: one call each of the compiled prefill kernel
+(engine/cpu/prefill_attention.cpp), which reads the chunk's and its
+context's K/V in place from the pool. Elsewhere (float32, float16, CUDA,
+no compiler, a CPU without AVX512_BF16) one scaled_dot_product_attention
+call each; a chunk after cached context goes in tiles of
+``PREFILL_QUERY_TILE`` queries, each with its own causal mask, so no mask
+is ever larger than tile x keys.
 Deterministic steps run every token through the decode path (see
 ``TorchMetadataBuilder._token_rows``). The cache layout is
 ``cache_block_shape()``: per block and kv head, keys transposed and values
@@ -25,6 +29,7 @@ from gpuworkers.engine.attention.torch_metadata import (
 )
 from gpuworkers.engine.cpu.build import cpu_library
 from gpuworkers.engine.cpu.paged_decode import PagedDecodeKernel
+from gpuworkers.engine.cpu.prefill_attention import PrefillAttentionKernel
 
 # Queries per SDPA call for a chunk after cached context. Its mask is
 # [tile, keys] in the model's dtype (16 MB in bfloat16 at 32k keys), built
@@ -54,8 +59,12 @@ class TorchAttentionBackend:
         self.scale = head_dim**-0.5
         self.query_tile = PREFILL_QUERY_TILE
         self.kernel: PagedDecodeKernel | None = None
+        self.prefill_kernel: PrefillAttentionKernel | None = None
         if use_kernel and (lib := cpu_library()) is not None:
             self.kernel = PagedDecodeKernel(lib, num_heads, num_kv_heads, head_dim, block_size)
+            self.prefill_kernel = PrefillAttentionKernel(
+                lib, num_heads, num_kv_heads, head_dim, block_size
+            )
         self.metadata_builder = TorchMetadataBuilder(block_size, self.kernel)
 
     def cache_block_shape(self) -> tuple[int, ...]:
@@ -97,9 +106,15 @@ class TorchAttentionBackend:
         for group in meta.decode_groups:
             rows = slice(group.start, group.end)
             out[rows] = self._decode(q[rows], keys, values, group)
+        prefill_kernel = self.prefill_kernel
+        if prefill_kernel is not None and not prefill_kernel.supports(q.dtype, q.device):
+            prefill_kernel = None
         for span in meta.prefills:
             rows = slice(span.query_start, span.query_start + span.query_len)
-            if span.context_len == 0:
+            if prefill_kernel is not None:
+                # The chunk's K/V are in the pool (written above), after its context's.
+                prefill_kernel(q[rows], keys, values, span.block_table, span.kv_len, out=out[rows])
+            elif span.context_len == 0:
                 # Nothing cached before this chunk: attend to the fresh K/V.
                 out[rows] = self._attend(
                     q[rows], k[rows].transpose(0, 1), v[rows].transpose(0, 1), None, causal=True

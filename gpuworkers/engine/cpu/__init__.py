@@ -1,8 +1,9 @@
 """The engine's CPU fast paths: compiled kernels (paged decode attention,
-fused element-wise ops) loaded with ctypes, and oneDNN-packed linears.
+prefill attention, fused element-wise ops) loaded with ctypes, and
+oneDNN-packed linears.
 
 ``enable_cpu_fast_paths(model)`` switches a loaded bfloat16 CPU model onto
-them; the attention backend picks the decode kernel itself.
+them; the attention backend picks the attention kernels itself.
 """
 
 from __future__ import annotations

@@ -135,6 +135,15 @@ def _load() -> object | None:
             [i32, pointer, i64, pointer, i64, pointer, i64, pointer, pointer] + [i64] * 5,
             None,
         ),
+        "prefill_attention_supported": ([i32] * 3, i32),
+        # q, q row stride, k, v, block table, q_len, kv_len, out, heads,
+        # kv_heads, head_dim, block_size, block/head stride, scale
+        "prefill_attention": (
+            [pointer, i64, pointer, pointer, pointer, i64, i64, pointer]
+            + [i32] * 4
+            + [i64, i64, f32],
+            i32,
+        ),
         "rms_norm_bf16": ([pointer] * 4 + [i64] * 3 + [f32], None),
         "rotary_bf16": ([pointer] + [i64] * 4 + [pointer] * 3, None),
         "silu_and_mul_bf16": ([pointer, pointer, i64, i64], None),
