@@ -31,6 +31,12 @@ from safety.checks.classifier import warm_in_background  # noqa: E402
 
 warm_in_background()
 
+if settings.WEB_WARM_TOKENIZERS:
+    # Prompts are tokenized here; the first burst must not wait for the load.
+    from inference.warmup import tokenizers_warm_in_background  # noqa: E402
+
+    tokenizers_warm_in_background()
+
 if settings.EMBEDDED_ENGINE:
     # Start loading and warming the in-process engine with the server, not
     # on the first request, so the first chat does not wait for it.

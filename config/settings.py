@@ -400,6 +400,10 @@ DEMO_API_KEY_FILE = os.environ.get("DEMO_API_KEY_FILE", str(BASE_DIR / ".cache" 
 # Run an engine thread inside the web process (embedded mode). Defaults to on
 # when there is no Redis, since nothing else could serve requests then.
 EMBEDDED_ENGINE = env_bool("EMBEDDED_ENGINE", REDIS_URL is None)
+# Load the active models' tokenizers when a web process starts, not on the
+# first requests (inference.warmup). The tests turn it off: their in-process
+# ASGI app must not touch the database from a thread of its own.
+WEB_WARM_TOKENIZERS = env_bool("WEB_WARM_TOKENIZERS", True)
 ENGINE_DTYPE = os.environ.get("ENGINE_DTYPE", "bfloat16")
 ENGINE_KV_CACHE_MB = env_int("ENGINE_KV_CACHE_MB", 512)
 ENGINE_THREADS = env_int("ENGINE_THREADS", 0)  # 0: torch's default
