@@ -35,7 +35,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     add_workload_args(parser)
     # The gpuworker's step budget (settings.ENGINE_MAX_BATCHED_TOKENS).
-    parser.add_argument("--max-batched-tokens", type=int, default=512)
+    parser.add_argument("--max-batched-tokens", type=int, default=1024)
     # The gpuworker's policy (settings.ENGINE_SCHEDULING_POLICY).
     parser.add_argument("--policy", default="fair", help="the engine's scheduling_policy")
     parser.add_argument("--no-chat-template", action="store_true")
