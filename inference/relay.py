@@ -251,8 +251,11 @@ class ResponseTap:
         """The next event, or None when ``timeout`` passes first."""
         if timeout is None:
             return await self._queue.get()
+        # asyncio.timeout, not wait_for: no extra task per event (this runs
+        # once per token of every stream).
         try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
+            async with asyncio.timeout(timeout):
+                return await self._queue.get()
         except TimeoutError:
             return None
 
