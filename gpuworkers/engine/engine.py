@@ -235,11 +235,14 @@ class LLMEngine:
                 if out.prompt_logprobs:
                     self._add_prompt_logprobs(sub, out.prompt_logprobs)
         # Prefill chunks of this step, before on_step_done may finish their
-        # sequences: the worker's traces show one span per chunk.
+        # sequences: the worker's traces show one span per chunk. By
+        # position, not by the batch's decode/prefill split: a prompt's last
+        # chunk of one token is batched as a decode row.
+        seqs = self.scheduler.seqs
         self.last_prefill_chunks = [
-            (self.scheduler.seqs[item.seq_id].request.request_id, item.positions)
-            for item in batch.seqs[batch.num_decodes :]
-            if not item.num_drafts
+            (seqs[item.seq_id].request.request_id, item.positions)
+            for item in batch.seqs
+            if item.positions.start < seqs[item.seq_id].num_prompt_tokens
         ]
         self.num_steps += 1
         self.prompt_tokens_computed += batch.num_prompt_tokens
