@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import statistics
 import time
 
 import torch
 
+from bench.peers.launch import cpu_model
 from gpuworkers.engine.attention.torch_backend import TorchAttentionBackend
 from gpuworkers.engine.attention.torch_metadata import PrefillSpan
 
@@ -31,17 +31,6 @@ HEADS, KV_HEADS, HEAD_DIM, BLOCK = 9, 3, 64, 16
 
 def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def shape_case(length: int, context: int, gen: torch.Generator):

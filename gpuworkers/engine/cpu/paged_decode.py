@@ -4,28 +4,22 @@ from __future__ import annotations
 
 import torch
 
+from gpuworkers.engine.cpu.pool_kernel import PoolKernel
+
 _DTYPES = {torch.bfloat16: 1, torch.float32: 0}
 
 
-class PagedDecodeKernel:
+class PagedDecodeKernel(PoolKernel):
     """Decode attention over the paged pool with the compiled kernel.
 
-    The pool layout is the torch backend's: per block and kv head, keys as
-    [head_dim, block_size] and values as [block_size, head_dim].
     ``supports`` says whether a dtype can use it; callers fall back to the
     gather path otherwise (float16, CUDA tensors, shapes without a kernel).
     """
 
     def __init__(self, lib, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int):
-        self.lib = lib
-        self.num_heads = num_heads
-        self.num_kv_heads = num_kv_heads
-        self.head_dim = head_dim
-        self.block_size = block_size
-        self.scale = head_dim**-0.5
-        group = num_heads // num_kv_heads if num_heads % num_kv_heads == 0 else 0
+        super().__init__(lib, num_heads, num_kv_heads, head_dim, block_size)
         self._supported = {
-            dtype: bool(lib.paged_decode_supported(flag, head_dim, group, block_size))
+            dtype: bool(lib.paged_decode_supported(flag, head_dim, self.group, block_size))
             for dtype, flag in _DTYPES.items()
         }
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import torch
 
+from gpuworkers.engine.cpu.pool_kernel import PoolKernel
 
-class PrefillAttentionKernel:
+
+class PrefillAttentionKernel(PoolKernel):
     """One sequence's chunk of queries against its keys and values in the pool.
 
-    The pool layout is the torch backend's (see PagedDecodeKernel); query i
+    Query i
     of a chunk of ``q_len`` sees keys [0, kv_len - q_len + i]. bfloat16
     only, and only where the library was built with AVX512_BF16:
     ``supports`` says whether a call can use it; callers keep
@@ -16,14 +18,8 @@ class PrefillAttentionKernel:
     """
 
     def __init__(self, lib, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int):
-        self.lib = lib
-        self.num_heads = num_heads
-        self.num_kv_heads = num_kv_heads
-        self.head_dim = head_dim
-        self.block_size = block_size
-        self.scale = head_dim**-0.5
-        group = num_heads // num_kv_heads if num_heads % num_kv_heads == 0 else 0
-        self._supported = bool(lib.prefill_attention_supported(head_dim, group, block_size))
+        super().__init__(lib, num_heads, num_kv_heads, head_dim, block_size)
+        self._supported = bool(lib.prefill_attention_supported(head_dim, self.group, block_size))
 
     def supports(self, dtype: torch.dtype, device: torch.device) -> bool:
         return self._supported and dtype == torch.bfloat16 and device.type == "cpu"
