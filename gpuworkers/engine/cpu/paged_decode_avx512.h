@@ -17,9 +17,11 @@
 namespace paged {
 namespace avx512 {
 
-// Blocks are prefetched this far ahead into L2: one block's work is much
-// shorter than a DRAM miss, and L2 tracks more misses in flight than L1
-// (into L1, or 2 ahead, one core read ~9 GB/s from DRAM; this way ~15).
+// Blocks (a work item's kv heads of them) are prefetched this far ahead
+// into L2: one block's work is much shorter than a DRAM miss, and L2 tracks
+// more misses in flight than L1 (into L1, or 2 ahead, one core read ~9 GB/s
+// from DRAM; this way ~15). With all-heads items and spread prefetches
+// (paged_decode_avx512.cpp), 2, 3, 4, 6 and 8 measured alike.
 constexpr int PREFETCH_AHEAD = 4;
 
 inline __m512 load16(const float *p) { return _mm512_loadu_ps(p); }
@@ -32,6 +34,14 @@ inline __m512 load16(const uint16_t *p) {
 inline void prefetch_span(const void *start, int64_t bytes) {
   const char *p = static_cast<const char *>(start);
   for (int64_t line = 0; line < bytes; line += 64) _mm_prefetch(p + line, _MM_HINT_T1);
+}
+
+// Step i of n of prefetching `lines` lines from p (nullptr: none): the
+// lines [i * lines / n, (i + 1) * lines / n).
+inline void prefetch_step(const char *p, int64_t lines, int64_t i, int64_t n) {
+  if (p == nullptr) return;
+  for (int64_t line = i * lines / n, end = (i + 1) * lines / n; line < end; ++line)
+    _mm_prefetch(p + line * 64, _MM_HINT_T1);
 }
 
 // exp(x) for the softmax's x <= 0: 2^n * e^r with n = round(x / ln 2) and

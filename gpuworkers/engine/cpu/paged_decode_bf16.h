@@ -45,9 +45,13 @@ inline void key_pairs(const uint16_t *keys, int d, __m512i *out) {
   }
 }
 
-// score_rows for bfloat16; row.query holds the raw bf16 query.
+// score_rows for bfloat16; row.query holds the raw bf16 query. pf (or
+// nullptr): one kv head of a block to prefetch into L2 along the way, a line or two
+// between loads (see attend in paged_decode_avx512.cpp for why).
 template <int R, int GROUP, int HEAD_DIM, int BLOCK>
-inline void score_rows_bf16(Row *const *rows, const uint16_t *keys, int64_t b, float scale) {
+inline void score_rows_bf16(Row *const *rows, const uint16_t *keys, int64_t b, float scale,
+                            const char *pf = nullptr) {
+  constexpr int64_t LINES = HEAD_DIM * BLOCK * 2 / 64;
   constexpr int NB = BLOCK / 16;
   constexpr int SPLIT = score_split<GROUP, BLOCK>();
   __m512 acc[R][SPLIT][GROUP][NB];
@@ -56,6 +60,7 @@ inline void score_rows_bf16(Row *const *rows, const uint16_t *keys, int64_t b, f
       for (int g = 0; g < GROUP; ++g)
         for (int c = 0; c < NB; ++c) acc[r][s][g][c] = _mm512_setzero_ps();
   for (int d = 0; d < HEAD_DIM; d += 2 * SPLIT) {
+    prefetch_step(pf, LINES, d / (2 * SPLIT), HEAD_DIM / (2 * SPLIT));
     for (int s = 0; s < SPLIT; ++s) {
       __m512i key[NB];
       key_pairs<BLOCK>(keys, d + 2 * s, key);
@@ -108,9 +113,11 @@ inline int value_lane(int d) {
 
 // weigh_rows for bfloat16: tokens o and o + 1 per instruction. A row whose
 // tokens end at an odd count pairs its last token with zeros, the same
-// alone or with rows that see further.
+// alone or with rows that see further. pf: as for score_rows_bf16.
 template <int R, int GROUP, int HEAD_DIM, int BLOCK>
-inline void weigh_rows_bf16(Row *const *rows, const uint16_t *values, int64_t b) {
+inline void weigh_rows_bf16(Row *const *rows, const uint16_t *values, int64_t b,
+                            const char *pf = nullptr) {
+  constexpr int64_t LINES = HEAD_DIM * BLOCK * 2 / 64;
   constexpr int NV = HEAD_DIM / 16;
   constexpr int FIT = ACC_REGS / (NV * R);
   constexpr int TILE = FIT < 1 ? 1 : FIT < GROUP ? FIT : GROUP;
@@ -127,6 +134,7 @@ inline void weigh_rows_bf16(Row *const *rows, const uint16_t *values, int64_t b)
           for (int c = 0; c < NV; ++c)
             acc[r][g][c] = _mm512_loadu_ps(rows[r]->acc + (g0 + g) * HEAD_DIM + c * 16);
     for (int64_t o = 0; o < most; o += 2) {
+      if (g0 == 0) prefetch_step(pf, LINES, o / 2, (most + 1) / 2);
       const bool pair = o + 1 < most;
       __m512i full[NV], half[NV];
       bool halves = false;
@@ -170,9 +178,9 @@ constexpr bool PAIRED_BF16 = false;
 inline int value_lane(int d) { return d; }
 inline void weights_to_bf16(Row &, int) {}
 template <int R, int GROUP, int HEAD_DIM, int BLOCK>
-void score_rows_bf16(Row *const *, const uint16_t *, int64_t, float);
+void score_rows_bf16(Row *const *, const uint16_t *, int64_t, float, const char * = nullptr);
 template <int R, int GROUP, int HEAD_DIM, int BLOCK>
-void weigh_rows_bf16(Row *const *, const uint16_t *, int64_t);
+void weigh_rows_bf16(Row *const *, const uint16_t *, int64_t, const char * = nullptr);
 #endif
 
 }  // namespace avx512

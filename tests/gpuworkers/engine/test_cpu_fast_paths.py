@@ -159,6 +159,36 @@ def test_kernel_reads_blocks_once_for_rows_over_one_sequence_and_keeps_their_bit
     torch.testing.assert_close(together.float(), expected, atol=tolerance, rtol=tolerance)
 
 
+@pytest.mark.parametrize(
+    ("num_heads", "num_kv_heads", "head_dim", "block_size"), [(9, 3, 64, 16), (16, 2, 128, 32)]
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_rows_of_a_large_batch_keep_their_bits(
+    library, num_heads, num_kv_heads, head_dim, block_size, dtype
+):
+    """A batch with many sequences per thread is split into work items of
+    all kv heads of a sequence, a lone sequence into one item per kv head:
+    each row's bits are the same either way."""
+    rng = random.Random(6)
+    lens = [rng.randint(1, 300) for _ in range(4 * torch.get_num_threads() + 3)]
+    q, k_cache, v_cache, tables, kv_lens = random_pool(
+        num_heads, num_kv_heads, head_dim, block_size, lens, dtype, seed=6
+    )
+    kernel = PagedDecodeKernel(library, num_heads, num_kv_heads, head_dim, block_size)
+    keys, values = TorchAttentionBackend(num_heads, num_kv_heads, head_dim, block_size)._views(
+        k_cache, v_cache
+    )
+    together = kernel(q, keys, values, tables, kv_lens)
+    for i in range(len(lens)):
+        alone = kernel(q[i : i + 1], keys, values, tables[i : i + 1], kv_lens[i : i + 1])
+        assert torch.equal(together[i], alone[0]), f"row {i}"
+    expected = dense_reference(
+        q, k_cache, v_cache, tables, kv_lens, num_kv_heads, head_dim, block_size
+    )
+    tolerance = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(together.float(), expected, atol=tolerance, rtol=tolerance)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_backend_kernel_and_gather_paths_agree(library, dtype):
     """The same decode batch through the backend with and without the kernel:
