@@ -1,6 +1,6 @@
 """The engine's CPU fast paths: compiled kernels (paged decode attention,
-prefill attention, fused element-wise ops) loaded with ctypes, and
-oneDNN-packed linears.
+prefill attention, fused element-wise ops, AMX linears for decode rows)
+loaded with ctypes, and oneDNN-packed linears.
 
 ``enable_cpu_fast_paths(model)`` switches a loaded bfloat16 CPU model onto
 them; the attention backend picks the attention kernels itself.
@@ -20,10 +20,12 @@ def enable_cpu_fast_paths(model: torch.nn.Module, dtype: torch.dtype, device: st
     enabled = []
     if torch.device(device).type != "cpu" or dtype != torch.bfloat16:
         return enabled
-    if packing_available(dtype, device):
-        pack_linears(model)
-        enabled.append("packed-linears")
     lib = cpu_library()
+    if packing_available(dtype, device):
+        pack_linears(model, lib)
+        enabled.append("packed-linears")
+        if any(getattr(m, "decode", None) is not None for m in model.modules()):
+            enabled.append("amx-decode-linears")
     if lib is not None:
         fused = FusedOps(lib)
         for module in model.modules():

@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gpuworkers.engine.cpu.decode_linear import DecodeLinear
+
 # A batch-size hint for oneDNN's choice of blocked layout; one packing
 # serves decode (a few rows) and prefill (thousands) alike.
 PACKING_ROWS_HINT = 2048
@@ -30,9 +32,11 @@ def packing_available(dtype: torch.dtype, device: torch.device | str) -> bool:
 
 
 class PackedLinear(nn.Module):
-    """``y = x @ W.T + b`` with W in oneDNN's blocked layout."""
+    """``y = x @ W.T + b`` with W in oneDNN's blocked layout; with ``lib``
+    on an AMX CPU, rows of a decode step go to the compiled kernel instead
+    (cpu/decode_linear.py)."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, lib=None):
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
@@ -44,8 +48,13 @@ class PackedLinear(nn.Module):
         )
         bias = linear.bias.detach() if linear.bias is not None else None
         self.register_buffer("bias", bias, persistent=False)
+        self.decode = (
+            DecodeLinear(lib, weight, bias) if DecodeLinear.applies(lib, self.in_features) else None
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.decode is not None and x.dim() == 2 and 0 < x.shape[0] <= self.decode.max_rows:
+            return self.decode(x)
         if x.dim() == 2:  # the engine's flat [tokens, features] batch
             return torch.ops.mkldnn._linear_pointwise(
                 x, self.packed_weight, self.bias, "none", [], ""
@@ -57,8 +66,9 @@ class PackedLinear(nn.Module):
         return out.view(*x.shape[:-1], self.out_features)
 
 
-def pack_linears(model: nn.Module) -> int:
-    """Swap every nn.Linear of ``model`` for a PackedLinear; returns how many."""
+def pack_linears(model: nn.Module, lib=None) -> int:
+    """Swap every nn.Linear of ``model`` for a PackedLinear (with the
+    decode kernel of ``lib`` where it applies); returns how many."""
     swaps = [
         (parent, name, child)
         for parent in model.modules()
@@ -66,5 +76,5 @@ def pack_linears(model: nn.Module) -> int:
         if isinstance(child, nn.Linear)
     ]
     for parent, name, child in swaps:
-        setattr(parent, name, PackedLinear(child))
+        setattr(parent, name, PackedLinear(child, lib))
     return len(swaps)

@@ -1,0 +1,92 @@
+"""A decode step's linears, oneDNN vs the AMX kernel: ``python -m bench.decode_linear``.
+
+The demo model's decoder-layer shapes (q/k/v 576->960, o 576->576,
+gate/up 576->3072, down 1536->576) for ``--layers`` layers of distinct
+random weights, so each step reads them from DRAM as a real one does, and
+the LM head (576->49152), at a few decode batch sizes. Prints per shape the
+time of a call (microseconds, mean over ``--steps`` steps after warm-up) and
+the weights read per second over the whole step, for oneDNN's packed
+matmul (what ``PackedLinear`` runs for prefill rows) and the compiled AMX
+kernel (``DecodeLinear``, decode rows), alternating; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from gpuworkers.engine.cpu import build
+from gpuworkers.engine.cpu.decode_linear import DecodeLinear, decode_linear_available
+from gpuworkers.engine.cpu.packing import PACKING_ROWS_HINT
+
+SHAPES = {
+    "qkv": (576, 960),
+    "o": (576, 576),
+    "gate_up": (576, 3072),
+    "down": (1536, 576),
+    "lm_head": (576, 49152),
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rows", default="1,8,24,32")
+    args = parser.parse_args(argv)
+    lib = build.cpu_library()
+    if not decode_linear_available(lib):
+        raise SystemExit("the AMX decode kernel is not available on this machine (no AMX)")
+    torch.set_num_threads(args.threads)
+    gen = torch.Generator().manual_seed(0)
+    # Per layer (the LM head once): oneDNN's packed weight and the kernel.
+    layers = []
+    for index in range(args.layers):
+        layer = {}
+        for name, (in_features, out_features) in SHAPES.items():
+            if name == "lm_head" and index:
+                continue
+            weight = torch.randn(out_features, in_features, generator=gen).to(torch.bfloat16)
+            onednn = torch.ops.mkldnn._reorder_linear_weight(weight, PACKING_ROWS_HINT)
+            layer[name] = (onednn, DecodeLinear(lib, weight, None))
+        layers.append(layer)
+    step_bytes = sum(
+        kernel.in_features * kernel.out_features * 2
+        for layer in layers
+        for _, kernel in layer.values()
+    )
+    print(
+        f"{args.threads} threads, {args.layers} layers + LM head, "
+        f"{step_bytes / 2**20:.0f} MiB of weights per step; microseconds per call"
+    )
+    print(f"{'rows':>4} {'path':7} " + " ".join(f"{n:>8}" for n in SHAPES) + "   step ms   GB/s")
+    for rows in (int(r) for r in args.rows.split(",")):
+        inputs = {
+            name: torch.randn(rows, in_features, generator=gen).to(torch.bfloat16)
+            for name, (in_features, _) in SHAPES.items()
+        }
+        spent = {path: dict.fromkeys(SHAPES, 0.0) for path in ("oneDNN", "AMX")}
+        for step in range(args.steps + 2):
+            for path in spent:
+                for layer in layers:
+                    for name, (onednn, kernel) in layer.items():
+                        x = inputs[name]
+                        started = time.perf_counter()
+                        if path == "AMX":
+                            kernel(x)
+                        else:
+                            torch.ops.mkldnn._linear_pointwise(x, onednn, None, "none", [], "")
+                        if step >= 2:  # the first steps create primitives
+                            spent[path][name] += time.perf_counter() - started
+        for path, times in spent.items():
+            calls = {n: args.steps * (1 if n == "lm_head" else args.layers) for n in SHAPES}
+            per_call = " ".join(f"{times[n] / calls[n] * 1e6:8.1f}" for n in SHAPES)
+            step = sum(times.values()) / args.steps
+            print(f"{rows:4d} {path:7} {per_call}   {step * 1e3:7.2f}  {step_bytes / step / 1e9:5.1f}")
+
+
+if __name__ == "__main__":
+    main()
