@@ -85,7 +85,9 @@ def main(argv: list[str] | None = None) -> None:
             calls = {n: args.steps * (1 if n == "lm_head" else args.layers) for n in SHAPES}
             per_call = " ".join(f"{times[n] / calls[n] * 1e6:8.1f}" for n in SHAPES)
             step = sum(times.values()) / args.steps
-            print(f"{rows:4d} {path:7} {per_call}   {step * 1e3:7.2f}  {step_bytes / step / 1e9:5.1f}")
+            print(
+                f"{rows:4d} {path:7} {per_call}   {step * 1e3:7.2f}  {step_bytes / step / 1e9:5.1f}"
+            )
 
 
 if __name__ == "__main__":
