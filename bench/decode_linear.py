@@ -6,8 +6,8 @@ random weights, so each step reads them from DRAM as a real one does, and
 the LM head (576->49152), at a few decode batch sizes. Prints per shape the
 time of a call (microseconds, mean over ``--steps`` steps after warm-up) and
 the weights read per second over the whole step, for oneDNN's packed
-matmul (what ``PackedLinear`` runs for prefill rows) and the compiled AMX
-kernel (``DecodeLinear``, decode rows), alternating; asserts nothing.
+matmul (``PackedLinear``, what runs without AMX) and the compiled AMX
+kernel (``AmxLinear``), alternating; asserts nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 import torch
 
 from gpuworkers.engine.cpu import build
-from gpuworkers.engine.cpu.decode_linear import DecodeLinear, decode_linear_available
+from gpuworkers.engine.cpu.amx_linear import AmxLinear, amx_linear_available
 from gpuworkers.engine.cpu.packing import PACKING_ROWS_HINT
 
 SHAPES = {
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", default="1,8,24,32")
     args = parser.parse_args(argv)
     lib = build.cpu_library()
-    if not decode_linear_available(lib):
+    if not amx_linear_available(lib):
         raise SystemExit("the AMX decode kernel is not available on this machine (no AMX)")
     torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
@@ -49,9 +49,12 @@ def main(argv: list[str] | None = None) -> None:
         for name, (in_features, out_features) in SHAPES.items():
             if name == "lm_head" and index:
                 continue
-            weight = torch.randn(out_features, in_features, generator=gen).to(torch.bfloat16)
-            onednn = torch.ops.mkldnn._reorder_linear_weight(weight, PACKING_ROWS_HINT)
-            layer[name] = (onednn, DecodeLinear(lib, weight, None))
+            linear = torch.nn.Linear(in_features, out_features, bias=False)
+            with torch.no_grad():
+                linear.weight.copy_(torch.randn(out_features, in_features, generator=gen))
+            linear = linear.to(torch.bfloat16)
+            onednn = torch.ops.mkldnn._reorder_linear_weight(linear.weight, PACKING_ROWS_HINT)
+            layer[name] = (onednn, AmxLinear(lib, linear))
         layers.append(layer)
     step_bytes = sum(
         kernel.in_features * kernel.out_features * 2

@@ -1,6 +1,6 @@
 """The engine's CPU fast paths: compiled kernels (paged decode attention,
-prefill attention, fused element-wise ops, AMX linears for decode rows)
-loaded with ctypes, and oneDNN-packed linears.
+prefill attention, fused element-wise ops, AMX linears) loaded with
+ctypes, and oneDNN-packed linears where AMX is missing.
 
 ``enable_cpu_fast_paths(model)`` switches a loaded bfloat16 CPU model onto
 them; the attention backend picks the attention kernels itself.
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import torch
 
+from gpuworkers.engine.cpu.amx_linear import AmxLinear
 from gpuworkers.engine.cpu.build import cpu_library
 from gpuworkers.engine.cpu.elementwise import FusedOps
-from gpuworkers.engine.cpu.packing import pack_linears, packing_available
+from gpuworkers.engine.cpu.packing import PackedLinear, pack_linears, packing_available
 
 
 def enable_cpu_fast_paths(model: torch.nn.Module, dtype: torch.dtype, device: str) -> list[str]:
@@ -23,9 +24,10 @@ def enable_cpu_fast_paths(model: torch.nn.Module, dtype: torch.dtype, device: st
     lib = cpu_library()
     if packing_available(dtype, device):
         pack_linears(model, lib)
-        enabled.append("packed-linears")
-        if any(getattr(m, "decode", None) is not None for m in model.modules()):
-            enabled.append("amx-decode-linears")
+        kinds = {type(m) for m in model.modules()}
+        enabled += ["amx-linears"] * (AmxLinear in kinds) + ["packed-linears"] * (
+            PackedLinear in kinds
+        )
     if lib is not None:
         fused = FusedOps(lib)
         for module in model.modules():

@@ -147,11 +147,10 @@ def _load() -> object | None:
         "rms_norm_bf16": ([pointer] * 4 + [i64] * 3 + [f32], None),
         "rotary_bf16": ([pointer] + [i64] * 4 + [pointer] * 3, None),
         "silu_and_mul_bf16": ([pointer, pointer, i64, i64], None),
-        "decode_linear_supported": ([], i32),
-        "decode_linear_max_rows": ([], i32),
-        "decode_linear_k_multiple": ([], i32),
+        "amx_linear_supported": ([], i32),
+        "amx_linear_k_multiple": ([], i32),
         # x, rows, x row stride, in, packed weight, float32 bias, out, out features
-        "decode_linear_bf16": ([pointer, i64, i64, i64, pointer, pointer, pointer, i64], None),
+        "amx_linear_bf16": ([pointer, i64, i64, i64, pointer, pointer, pointer, i64], None),
     }
     for name, (argtypes, restype) in signatures.items():
         fn = getattr(lib, name)

@@ -5,7 +5,8 @@ has them) but reorders the weight into oneDNN's blocked layout on every
 call, which dominates small-batch (decode) steps. Packing once at load time
 removes that copy; vLLM's CPU build does the same. Results are
 bit-identical to ``F.linear`` (tests/gpuworkers/engine/test_cpu_fast_paths.py).
-float32 keeps ``F.linear`` (MKL), which is what the parity tests compare
+On CPUs with AMX, ``pack_linears`` uses the compiled kernel of amx_linear.py
+instead wherever it applies. float32 keeps ``F.linear`` (MKL), which is what the parity tests compare
 against transformers with.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gpuworkers.engine.cpu.decode_linear import DecodeLinear
+from gpuworkers.engine.cpu.amx_linear import AmxLinear
 
 # A batch-size hint for oneDNN's choice of blocked layout; one packing
 # serves decode (a few rows) and prefill (thousands) alike.
@@ -32,11 +33,9 @@ def packing_available(dtype: torch.dtype, device: torch.device | str) -> bool:
 
 
 class PackedLinear(nn.Module):
-    """``y = x @ W.T + b`` with W in oneDNN's blocked layout; with ``lib``
-    on an AMX CPU, rows of a decode step go to the compiled kernel instead
-    (cpu/decode_linear.py)."""
+    """``y = x @ W.T + b`` with W in oneDNN's blocked layout."""
 
-    def __init__(self, linear: nn.Linear, lib=None):
+    def __init__(self, linear: nn.Linear):
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
@@ -48,13 +47,8 @@ class PackedLinear(nn.Module):
         )
         bias = linear.bias.detach() if linear.bias is not None else None
         self.register_buffer("bias", bias, persistent=False)
-        self.decode = (
-            DecodeLinear(lib, weight, bias) if DecodeLinear.applies(lib, self.in_features) else None
-        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.decode is not None and x.dim() == 2 and 0 < x.shape[0] <= self.decode.max_rows:
-            return self.decode(x)
         if x.dim() == 2:  # the engine's flat [tokens, features] batch
             return torch.ops.mkldnn._linear_pointwise(
                 x, self.packed_weight, self.bias, "none", [], ""
@@ -67,8 +61,8 @@ class PackedLinear(nn.Module):
 
 
 def pack_linears(model: nn.Module, lib=None) -> int:
-    """Swap every nn.Linear of ``model`` for a PackedLinear (with the
-    decode kernel of ``lib`` where it applies); returns how many."""
+    """Swap every nn.Linear of ``model`` for an AmxLinear where ``lib`` has
+    the AMX kernel and the shape fits it, else a PackedLinear; returns how many."""
     swaps = [
         (parent, name, child)
         for parent in model.modules()
@@ -76,5 +70,6 @@ def pack_linears(model: nn.Module, lib=None) -> int:
         if isinstance(child, nn.Linear)
     ]
     for parent, name, child in swaps:
-        setattr(parent, name, PackedLinear(child, lib))
+        packed = AmxLinear(lib, child) if AmxLinear.applies(lib, child.in_features) else None
+        setattr(parent, name, packed or PackedLinear(child))
     return len(swaps)

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from gpuworkers.engine.attention.torch_backend import TorchAttentionBackend
 from gpuworkers.engine.attention.torch_metadata import TorchAttentionMetadata
 from gpuworkers.engine.cpu import build
-from gpuworkers.engine.cpu.decode_linear import decode_linear_available
+from gpuworkers.engine.cpu.amx_linear import amx_linear_available
 from gpuworkers.engine.cpu.elementwise import FusedOps
 from gpuworkers.engine.cpu.packing import PackedLinear, pack_linears, packing_available
 from gpuworkers.engine.cpu.paged_decode import PagedDecodeKernel
@@ -476,10 +476,9 @@ def test_bfloat16_engine_answers_the_demo_question_on_both_paths(demo_dir):
         # The prefill kernel needs AVX512_BF16; without it prefills keep SDPA.
         prefill = fast and backend.prefill_kernel.supports(torch.bfloat16, torch.device("cpu"))
         expected = ["paged-decode-kernel"] + ["prefill-attention-kernel"] * prefill
-        expected += ["packed-linears"]
-        # The decode-row linears need AMX; without it oneDNN runs them.
-        expected += ["amx-decode-linears"] * decode_linear_available(build.cpu_library())
-        expected += ["fused-elementwise"]
+        # The demo model's linears all fit AMX tiles; without AMX, oneDNN.
+        amx = amx_linear_available(build.cpu_library())
+        expected += ["amx-linears" if amx else "packed-linears", "fused-elementwise"]
         assert engine.cpu_fast_paths == (expected if fast else [])
         prompt = apply_chat_template(
             engine.tokenizer, [{"role": "user", "content": "What is the capital of France?"}]

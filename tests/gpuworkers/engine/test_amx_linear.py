@@ -1,4 +1,4 @@
-"""The AMX linear for decode-sized batches (gpuworkers/engine/cpu/decode_linear.*)."""
+"""The AMX linear (gpuworkers/engine/cpu/amx_linear.*)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,15 @@ import torch
 import torch.nn.functional as F
 
 from gpuworkers.engine.cpu import build
-from gpuworkers.engine.cpu.decode_linear import DecodeLinear, decode_linear_available, pack_tiles
-from gpuworkers.engine.cpu.packing import PackedLinear, packing_available
+from gpuworkers.engine.cpu.amx_linear import AmxLinear, amx_linear_available, pack_tiles
+from gpuworkers.engine.cpu.packing import PackedLinear, pack_linears
 
 LIB = build.cpu_library()
 
 # Machines without AMX (the AMD EPYC CI hosts seen so far) build the
-# library without this kernel and keep oneDNN for every row count.
+# library without this kernel and keep oneDNN's packed linears.
 pytestmark = pytest.mark.skipif(
-    not decode_linear_available(LIB) or not packing_available(torch.bfloat16, "cpu"),
-    reason="needs AMX (AMX_TILE and AMX_BF16) and oneDNN packing",
+    not amx_linear_available(LIB), reason="needs AMX (AMX_TILE and AMX_BF16)"
 )
 
 
@@ -38,30 +37,47 @@ def within_rounding(got: torch.Tensor, x: torch.Tensor, linear: torch.nn.Linear)
     return bool(((got.float() - exact).abs() <= exact.abs() * 2.0**-8 + 1e-3).all())
 
 
-@pytest.mark.parametrize("rows", [1, 5, 16, 17, 24, 32])
+def rows_of(count: int, features: int, seed: int) -> torch.Tensor:
+    return torch.randn(count, features, generator=torch.Generator().manual_seed(seed)).to(
+        torch.bfloat16
+    )
+
+
+@pytest.mark.parametrize("rows", [1, 5, 16, 17, 32, 33, 100])
 @pytest.mark.parametrize(("out_features", "in_features"), [(960, 576), (40, 64), (200, 1536)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_matches_float32_within_rounding_and_each_row_keeps_its_bits(
     rows, out_features, in_features, bias
 ):
     linear = layer(out_features, in_features, bias, seed=rows + out_features)
-    kernel = DecodeLinear(LIB, linear.weight, linear.bias)
-    x = torch.randn(rows, in_features, generator=torch.Generator().manual_seed(rows)).to(
-        torch.bfloat16
-    )
+    kernel = AmxLinear(LIB, linear)
+    x = rows_of(rows, in_features, seed=rows)
     got = kernel(x)
     assert got.shape == (rows, out_features) and got.dtype == torch.bfloat16
     assert within_rounding(got, x, linear)
-    # A row's bits are its own: alone, or first of a smaller batch.
+    # A row's bits are its own: alone, or in a batch cut elsewhere (full
+    # 32-row blocks and tails alike).
     for row in {0, rows // 2, rows - 1}:
         assert torch.equal(kernel(x[row : row + 1]), got[row : row + 1])
     assert torch.equal(kernel(x[rows // 2 :]), got[rows // 2 :])
 
 
+def test_a_prompt_whole_and_its_tail_alone_give_the_same_rows():
+    """What a prefix-cache hit does: the last tokens recomputed alone must
+    match the same tokens computed with the whole prompt (oneDNN's rows
+    differed between 17 and 300 rows on the AMX test machine)."""
+    linear = layer(3072, 576, False, seed=11)
+    kernel = AmxLinear(LIB, linear)
+    prompt = rows_of(300, 576, seed=12)
+    whole = kernel(prompt)
+    for tail in (1, 13, 17, 44):
+        assert torch.equal(kernel(prompt[-tail:]), whole[-tail:])
+
+
 def test_rows_keep_their_bits_whatever_the_thread_count():
     linear = layer(576, 1536, True, seed=3)
-    kernel = DecodeLinear(LIB, linear.weight, linear.bias)
-    x = torch.randn(24, 1536, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    kernel = AmxLinear(LIB, linear)
+    x = rows_of(70, 1536, seed=4)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -71,12 +87,13 @@ def test_rows_keep_their_bits_whatever_the_thread_count():
     assert torch.equal(kernel(x), alone)
 
 
-def test_reads_strided_rows_and_keeps_nan_in_its_row():
-    linear = layer(64, 64, False, seed=5)
-    kernel = DecodeLinear(LIB, linear.weight, None)
-    wide = torch.randn(8, 128, generator=torch.Generator().manual_seed(6)).to(torch.bfloat16)
+def test_reads_strided_rows_leading_dims_and_keeps_nan_in_its_row():
+    kernel = AmxLinear(LIB, layer(64, 64, False, seed=5))
+    wide = rows_of(8, 128, seed=6)
     x = wide[:, 32:96]  # rows 128 apart, as the fused qkv views are
     assert torch.equal(kernel(x), kernel(x.contiguous()))
+    assert torch.equal(kernel(x.contiguous().view(2, 4, 64)).view(8, 64), kernel(x))
+    assert kernel(x[:0]).shape == (0, 64)
     x = x.contiguous()
     x[2, 7] = float("nan")
     got = kernel(x)
@@ -94,15 +111,12 @@ def test_packing_puts_a_column_tiles_pairs_in_one_run():
     assert not tiles[1, :, 4:].any()
 
 
-def test_packed_linear_sends_decode_rows_to_the_kernel_and_the_rest_to_onednn():
-    linear = layer(960, 576, True, seed=7)
-    packed = PackedLinear(linear, LIB)
-    assert packed.decode is not None
-    x = torch.randn(200, 576, generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
-    small = x[: packed.decode.max_rows]
-    assert torch.equal(packed(small), packed.decode(small))
-    assert torch.equal(packed(x), F.linear(x, linear.weight, linear.bias))
-    assert packed(x[:0]).shape == (0, 960)
-    # Without the library, or inputs the tiles cannot cover, oneDNN only.
-    assert PackedLinear(linear).decode is None
-    assert PackedLinear(layer(8, 48, False, seed=9), LIB).decode is None
+def test_pack_linears_takes_the_kernel_where_the_shape_fits_and_onednn_elsewhere():
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 32, bias=False), torch.nn.ReLU(), torch.nn.Linear(48, 8)
+    ).to(torch.bfloat16)
+    assert pack_linears(model, LIB) == 2
+    # 64 inputs fill AMX tiles; 48 do not (tiles step 32 inputs).
+    assert isinstance(model[0], AmxLinear) and isinstance(model[2], PackedLinear)
+    pack_linears(plain := torch.nn.Sequential(torch.nn.Linear(64, 32)).to(torch.bfloat16))
+    assert isinstance(plain[0], PackedLinear)  # no library: oneDNN
