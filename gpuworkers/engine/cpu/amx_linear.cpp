@@ -26,12 +26,13 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "elementwise_avx512.h"
 
 namespace {
 
@@ -55,18 +56,11 @@ bool amx_permitted() {
   return permitted;
 }
 
-// count (<= 16) float32 values as bfloat16, rounded to nearest even as
-// torch's cast does (not vcvtneps2bf16, which flushes subnormals), NaN
-// kept NaN.
+// count (<= 16) float32 values as bfloat16, rounded as the element-wise
+// kernels round (nearest even, subnormals kept, NaN kept NaN).
 inline void store_bf16(uint16_t *dst, __m512 v, int64_t count) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  // A class test, not a compare: -ffast-math lets gcc assume no NaN there.
-  const __mmask16 nan = _mm512_fpclass_ps_mask(v, 0x81);
-  rounded = _mm512_mask_or_epi32(rounded, nan, bits, _mm512_set1_epi32(0x400000));
   const __mmask16 keep = count >= 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
-  _mm512_mask_cvtepi32_storeu_epi16(dst, keep, _mm512_srli_epi32(rounded, 16));
+  _mm512_mask_cvtepi32_storeu_epi16(dst, keep, _mm512_srli_epi32(elementwise::avx512::round_bits(v), 16));
 }
 
 // Tiles: 0, 1 = x rows 0-15 and 16-31; 2, 3 = weights of two column tiles;
