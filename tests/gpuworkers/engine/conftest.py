@@ -11,6 +11,7 @@ import torch
 
 from gpuworkers.engine import EngineConfig, LLMEngine
 from gpuworkers.engine.convert_gguf import ensure_demo_model
+from gpuworkers.engine.cpu.build import cpu_library
 from gpuworkers.engine.models.loader import load_model
 from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
 
@@ -61,3 +62,12 @@ def make_engine(fp32_model, tokenizer, demo_dir):
         return LLMEngine(config, model, model_cfg, tokenizer)
 
     return build
+
+
+@pytest.fixture(scope="module")
+def library():
+    lib = cpu_library()
+    # gcc is on every machine kind this project runs on (see README); a
+    # missing compiler here is a set-up fault worth failing on, not skipping.
+    assert lib is not None, "the CPU decode kernel did not build"
+    return lib

@@ -31,13 +31,6 @@ CPU = torch.device("cpu")
 TOLERANCE = 2e-2
 
 
-@pytest.fixture(scope="module")
-def library():
-    lib = build.cpu_library()
-    assert lib is not None, "the CPU kernels did not build"
-    return lib
-
-
 def kernel_for(library, heads, kv_heads, head_dim, block_size) -> PrefillAttentionKernel:
     kernel = PrefillAttentionKernel(library, heads, kv_heads, head_dim, block_size)
     if not kernel.supports(BF16, CPU):
