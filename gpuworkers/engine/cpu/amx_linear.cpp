@@ -8,12 +8,15 @@
 // (8-9 GB/s for the small o, q/k/v and down matrices) where the memory
 // gives ~29 GB/s. Here each thread streams one contiguous run of the
 // weights, packed so that a 1 KB AMX tile (16 output columns x 32 inputs)
-// is one contiguous load, and every tile feeds all rows of a 32-row block;
-// larger calls loop over row blocks inside each pair of column tiles, whose
-// weights stay in L1/L2 meanwhile. And oneDNN's row bits vary with the row
-// count (on the Intel test machine, gate/up rows differed between 17 and
-// 300 rows), so a prompt computed whole and the same prompt's tail after a
-// prefix-cache hit could sample different greedy tokens; here they cannot.
+// is one contiguous load, and every tile feeds all rows of a 32-row block.
+// Larger calls (prompts) take the weights in chunks that stay in L2 while
+// every 32-row block runs over them, so each block's rows stay in L1; and
+// the vector units round one block's sums to bfloat16 while AMX computes
+// the next: rounding after the tiles left AMX idle for about a third of a
+// prompt's time. And oneDNN's row bits vary with the row count (on the
+// Intel test machine, gate/up rows differed between 17 and 300 rows), so
+// a prompt computed whole and the same prompt's tail after a prefix-cache
+// hit could sample different greedy tokens; here they cannot.
 // AVX512_BF16 was tried first: vdpbf16ps ran at one per ~0.5 ns on that
 // Xeon (FMA: 0.09 ns), so 24 rows made it compute-bound and 2-4x slower
 // than oneDNN; AMX does the arithmetic for 16 rows per instruction.
@@ -29,6 +32,7 @@
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #include <immintrin.h>
+#include <omp.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -40,6 +44,9 @@ constexpr int TILE_ROWS = 16;     // rows of x per A tile
 constexpr int TILE_COLS = 16;     // output columns per B / C tile
 constexpr int TILE_K = 32;        // inputs per tile step (64 bytes of bf16)
 constexpr int MAX_ROWS = 2 * TILE_ROWS;  // rows per block: two row tiles
+// Weights per chunk of column pairs: well inside a core's L2 (2 MB on
+// Sapphire Rapids) next to the rows.
+constexpr int64_t CHUNK_BYTES = 512 << 10;
 
 struct alignas(64) TileConfig {
   uint8_t palette = 1, start_row = 0, reserved[14] = {};
@@ -56,13 +63,6 @@ bool amx_permitted() {
   return permitted;
 }
 
-// count (<= 16) float32 values as bfloat16, rounded as the element-wise
-// kernels round (nearest even, subnormals kept, NaN kept NaN).
-inline void store_bf16(uint16_t *dst, __m512 v, int64_t count) {
-  const __mmask16 keep = count >= 16 ? 0xffff : static_cast<__mmask16>((1u << count) - 1);
-  _mm512_mask_cvtepi32_storeu_epi16(dst, keep, _mm512_srli_epi32(elementwise::avx512::round_bits(v), 16));
-}
-
 // Tiles: 0, 1 = x rows 0-15 and 16-31; 2, 3 = weights of two column tiles;
 // 4, 5 = rows 0-15 x those columns; 6, 7 = rows 16-31 x those columns.
 TileConfig config_for(int rows) {
@@ -76,16 +76,54 @@ TileConfig config_for(int rows) {
   return c;
 }
 
-// Output columns [16 * tile, 16 * tile + 32) (or 16 for a last odd tile).
+// The float32 sums of one row block x column pair, stored from the tiles
+// and not yet rounded into `out`.
+struct Pending {
+  const float *sums = nullptr;  // [MAX_ROWS][2 * TILE_COLS]
+  int64_t rows = 0;
+  __mmask32 columns = 0;        // the pair's columns that exist
+  const float *bias = nullptr;  // at the pair's first column, or null
+  uint16_t *out = nullptr;      // row 0, the pair's first column
+  int64_t out_features = 0;
+};
+
+// Rows [first, last) of a pending pair: + bias, rounded as the element-
+// wise kernels round (nearest even, subnormals kept, NaN kept NaN), the
+// pair's 32 columns in one store.
+inline void finish_rows(const Pending &p, int64_t first, int64_t last) {
+  using elementwise::avx512::round_bits;
+  // Word 2i + 1 of the two halves in turn: each float's top 16 bits.
+  static const __m512i TOP_HALVES = [] {
+    alignas(64) uint16_t index[32];
+    for (int i = 0; i < 32; ++i) index[i] = static_cast<uint16_t>(2 * i + 1);
+    return _mm512_load_si512(index);
+  }();
+  const __mmask16 low = static_cast<__mmask16>(p.columns), high = static_cast<__mmask16>(p.columns >> 16);
+  const __m512 bias_low = p.bias ? _mm512_maskz_loadu_ps(low, p.bias) : _mm512_setzero_ps();
+  const __m512 bias_high = p.bias ? _mm512_maskz_loadu_ps(high, p.bias + TILE_COLS) : _mm512_setzero_ps();
+  for (int64_t r = first; r < last; ++r) {
+    const float *sums = p.sums + r * 2 * TILE_COLS;
+    const __m512i a = round_bits(_mm512_add_ps(_mm512_load_ps(sums), bias_low));
+    const __m512i b = round_bits(_mm512_add_ps(_mm512_load_ps(sums + TILE_COLS), bias_high));
+    _mm512_mask_storeu_epi16(p.out + r * p.out_features, p.columns,
+                             _mm512_permutex2var_epi16(a, TOP_HALVES, b));
+  }
+}
+
+// One row block against one pair of column tiles (or a last odd tile):
+// sums into `sums` ([32 rows][32 columns] float32). Meanwhile the vector
+// units round the previous pair's rows, a slice per k step: done after
+// the tiles, that rounding left AMX idle for about a third of the time.
 template <bool HIGH, bool PAIR>
 void column_tiles(const uint16_t *x, int64_t x_bytes, const uint16_t *w0, const uint16_t *w1,
-                  int64_t steps, float *c) {
+                  int64_t steps, float *sums, const Pending &previous) {
   _tile_zero(4);
   if constexpr (PAIR) _tile_zero(5);
   if constexpr (HIGH) {
     _tile_zero(6);
     if constexpr (PAIR) _tile_zero(7);
   }
+  int64_t finished = 0;
   for (int64_t s = 0; s < steps; ++s) {
     _tile_loadd(0, x + s * TILE_K, x_bytes);
     if constexpr (HIGH) _tile_loadd(1, x + TILE_ROWS * x_bytes / 2 + s * TILE_K, x_bytes);
@@ -97,43 +135,48 @@ void column_tiles(const uint16_t *x, int64_t x_bytes, const uint16_t *w0, const 
       _tile_dpbf16ps(5, 0, 3);
       if constexpr (HIGH) _tile_dpbf16ps(7, 1, 3);
     }
+    const int64_t until = previous.rows * (s + 1) / steps;
+    finish_rows(previous, finished, until);
+    finished = until;
   }
-  // c: [32 rows][32 columns] float32.
   constexpr int64_t STRIDE = 2 * TILE_COLS * sizeof(float);
-  _tile_stored(4, c, STRIDE);
-  if constexpr (PAIR) _tile_stored(5, c + TILE_COLS, STRIDE);
+  _tile_stored(4, sums, STRIDE);
+  if constexpr (PAIR) _tile_stored(5, sums + TILE_COLS, STRIDE);
   if constexpr (HIGH) {
-    _tile_stored(6, c + TILE_ROWS * 2 * TILE_COLS, STRIDE);
-    if constexpr (PAIR) _tile_stored(7, c + TILE_ROWS * 2 * TILE_COLS + TILE_COLS, STRIDE);
+    _tile_stored(6, sums + TILE_ROWS * 2 * TILE_COLS, STRIDE);
+    if constexpr (PAIR) _tile_stored(7, sums + TILE_ROWS * 2 * TILE_COLS + TILE_COLS, STRIDE);
   }
 }
 
-// One block of up to 32 rows against the column tiles of `pair`.
-inline void block_pair(const uint16_t *x, int64_t x_bytes, int64_t rows, const uint16_t *packed,
-                       int64_t tile_elems, int64_t tiles, int64_t pair, int64_t steps,
-                       const float *bias, uint16_t *out, int64_t out_features, float *c) {
+struct Linear {
+  const uint16_t *x;
+  int64_t x_stride, steps;
+  const uint16_t *packed;
+  int64_t tile_elems, tiles;
+  const float *bias;
+  uint16_t *out;
+  int64_t out_features;
+};
+
+// Rows [row, row + rows) (rows <= 32) against column pair `pair`, under the
+// tile configuration for that row count. Returns the sums, pending.
+inline Pending block_pair(const Linear &l, int64_t row, int64_t rows, int64_t pair, float *sums,
+                          const Pending &previous) {
   const int64_t t = 2 * pair;
-  const bool both = t + 1 < tiles, high = rows > TILE_ROWS;
-  const uint16_t *w0 = packed + t * tile_elems, *w1 = w0 + tile_elems;
+  const bool both = t + 1 < l.tiles, high = rows > TILE_ROWS;
+  const uint16_t *x = l.x + row * l.x_stride, *w0 = l.packed + t * l.tile_elems;
+  const uint16_t *w1 = w0 + l.tile_elems;
+  const int64_t x_bytes = l.x_stride * 2;
   if (high)
-    both ? column_tiles<true, true>(x, x_bytes, w0, w1, steps, c)
-         : column_tiles<true, false>(x, x_bytes, w0, w1, steps, c);
+    both ? column_tiles<true, true>(x, x_bytes, w0, w1, l.steps, sums, previous)
+         : column_tiles<true, false>(x, x_bytes, w0, w1, l.steps, sums, previous);
   else
-    both ? column_tiles<false, true>(x, x_bytes, w0, w1, steps, c)
-         : column_tiles<false, false>(x, x_bytes, w0, w1, steps, c);
+    both ? column_tiles<false, true>(x, x_bytes, w0, w1, l.steps, sums, previous)
+         : column_tiles<false, false>(x, x_bytes, w0, w1, l.steps, sums, previous);
   const int64_t first = t * TILE_COLS;
-  const int64_t columns = std::min<int64_t>(out_features - first, both ? 2 * TILE_COLS : TILE_COLS);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float *acc = c + r * 2 * TILE_COLS;
-    uint16_t *dst = out + r * out_features + first;
-    for (int64_t j = 0; j < columns; j += 16) {
-      const int64_t n = columns - j < 16 ? columns - j : 16;
-      const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
-      __m512 v = _mm512_loadu_ps(acc + j);
-      if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + first + j));
-      store_bf16(dst + j, v, n);
-    }
-  }
+  const int64_t columns = std::min<int64_t>(l.out_features - first, both ? 2 * TILE_COLS : TILE_COLS);
+  return {sums, rows, static_cast<__mmask32>((uint64_t{1} << columns) - 1),
+          l.bias ? l.bias + first : nullptr, l.out + row * l.out_features + first, l.out_features};
 }
 
 }  // namespace
@@ -151,34 +194,35 @@ int amx_linear_k_multiple() { return TILE_K; }
 void amx_linear_bf16(const uint16_t *x, int64_t rows, int64_t x_stride, int64_t in_features,
                      const uint16_t *packed, const float *bias, uint16_t *out,
                      int64_t out_features) {
-  const int64_t steps = in_features / TILE_K;
   const int64_t tiles = (out_features + TILE_COLS - 1) / TILE_COLS;
+  const Linear l{x, x_stride, in_features / TILE_K, packed, in_features * TILE_COLS, tiles,
+                 bias, out, out_features};
   const int64_t pairs = (tiles + 1) / 2;
-  const int64_t tile_elems = in_features * TILE_COLS;
-  const int64_t x_bytes = x_stride * 2;
   const int64_t full = rows / MAX_ROWS, tail = rows % MAX_ROWS;
   const TileConfig full_config = config_for(MAX_ROWS), tail_config = config_for(static_cast<int>(tail));
-  // Column tiles in pairs, split statically: each thread streams one
-  // contiguous run of the packed weights, and every row block of a pair
-  // reads its weights from cache after the first.
+  // Pairs of column tiles per chunk: the chunk's weights stay in L2 while
+  // every row block runs over them.
+  const int64_t chunk = std::max<int64_t>(1, CHUNK_BYTES / (2 * l.tile_elems * 2));
 #pragma omp parallel
   {
-    alignas(64) float c[MAX_ROWS * 2 * TILE_COLS];
-    if (full) {
-      _tile_loadconfig(&full_config);
-#pragma omp for schedule(static) nowait
-      for (int64_t pair = 0; pair < pairs; ++pair)
-        for (int64_t b = 0; b < full; ++b)
-          block_pair(x + b * MAX_ROWS * x_stride, x_bytes, MAX_ROWS, packed, tile_elems, tiles, pair,
-                     steps, bias, out + b * MAX_ROWS * out_features, out_features, c);
+    // Each thread streams one contiguous run of the packed weights. Two
+    // sum buffers: one pair's tiles fill one while the other is rounded.
+    alignas(64) float sums[2][MAX_ROWS * 2 * TILE_COLS];
+    Pending pending;
+    int buffer = 0;
+    const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
+    const int64_t end = pairs * (me + 1) / threads;
+    for (int64_t start = pairs * me / threads; start < end; start += chunk) {
+      const int64_t stop = std::min(end, start + chunk);
+      if (full) _tile_loadconfig(&full_config);
+      for (int64_t b = 0; b < full; ++b)
+        for (int64_t pair = start; pair < stop; ++pair, buffer ^= 1)
+          pending = block_pair(l, b * MAX_ROWS, MAX_ROWS, pair, sums[buffer], pending);
+      if (tail) _tile_loadconfig(&tail_config);
+      for (int64_t pair = start; tail && pair < stop; ++pair, buffer ^= 1)
+        pending = block_pair(l, full * MAX_ROWS, tail, pair, sums[buffer], pending);
     }
-    if (tail) {
-      _tile_loadconfig(&tail_config);
-#pragma omp for schedule(static)
-      for (int64_t pair = 0; pair < pairs; ++pair)
-        block_pair(x + full * MAX_ROWS * x_stride, x_bytes, tail, packed, tile_elems, tiles, pair,
-                   steps, bias, out + full * MAX_ROWS * out_features, out_features, c);
-    }
+    finish_rows(pending, 0, pending.rows);
     _tile_release();
   }
 }
