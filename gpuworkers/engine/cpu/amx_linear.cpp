@@ -29,9 +29,8 @@
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include "amx_tiles.h"
 #include "elementwise_avx512.h"
 
 namespace {
@@ -41,20 +40,8 @@ constexpr int TILE_COLS = 16;     // output columns per B / C tile
 constexpr int TILE_K = 32;        // inputs per tile step (64 bytes of bf16)
 constexpr int MAX_ROWS = 2 * TILE_ROWS;  // rows per block: two row tiles
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Linux hands AMX state to a thread only after the process asks once.
-bool amx_permitted() {
-  static const bool permitted = [] {
-    constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-  }();
-  return permitted;
-}
+using amx::amx_permitted;
+using amx::TileConfig;
 
 // count (<= 16) float32 values as bfloat16, rounded as the element-wise
 // kernels round (nearest even, subnormals kept, NaN kept NaN).

@@ -47,7 +47,12 @@
 #include <algorithm>
 #include <vector>
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define PREFILL_AMX
+#include "prefill_attention_amx.h"
+#else
 #include "prefill_attention.h"
+#endif
 
 namespace {
 
@@ -105,16 +110,71 @@ struct Scratch {
 };
 thread_local Scratch scratch;
 
+// The matmuls of one tile of Path::ROWS rows and a key tile, on
+// vdpbf16ps: n (<= 6) rows, the tile's first `seen` keys.
+struct VdpPath {
+  static constexpr int ROWS = ROW_TILE;
+  static void enter() {}
+  static void leave() {}
+
+  template <int HEAD_DIM>
+  static void scores(const uint16_t *q, int n, int seen, const uint16_t *keys,
+                     float (*scores)[TILE]) {
+    with_count(n, [&](auto r) {
+      constexpr int R = decltype(r)::value;
+      with_count((seen + 15) / 16, [&](auto c) {
+        constexpr int NC = decltype(c)::value;
+        if constexpr (NC <= TILE / 16) score_tile<R, NC, HEAD_DIM>(q, keys, scores);
+      });
+    });
+  }
+
+  template <int HEAD_DIM>
+  static void weigh(const uint16_t (*probs)[TILE], int n, int seen, const uint16_t *values,
+                    const float *factor, float *acc) {
+    with_count(n, [&](auto r) {
+      weigh_tile<decltype(r)::value, HEAD_DIM>(probs, values, (seen + 1) / 2, factor, acc);
+    });
+  }
+};
+
+#ifdef PREFILL_AMX
+// The same on AMX: always 16 rows (the query copy is padded to whole
+// tiles; rows past n compute what nobody reads), 16 keys per score tile
+// and 32 per P V step.
+struct AmxPath {
+  static constexpr int ROWS = AMX_ROWS;
+  static void enter() {
+    static const amx::TileConfig config = amx_config();
+    _tile_loadconfig(&config);
+  }
+  static void leave() { _tile_release(); }
+
+  template <int HEAD_DIM>
+  static void scores(const uint16_t *q, int, int seen, const uint16_t *keys,
+                     float (*scores)[TILE]) {
+    amx_score_tile<HEAD_DIM>(q, keys, (seen + 15) / 16, scores);
+  }
+
+  template <int HEAD_DIM>
+  static void weigh(const uint16_t (*probs)[TILE], int n, int seen, const uint16_t *values,
+                    const float *factor, float *acc) {
+    amx_weigh_tile<HEAD_DIM>(probs, values, (seen + AMX_DEPTH - 1) / AMX_DEPTH, n, factor, acc);
+  }
+};
+#endif
+
 // One work item: kv head h, query positions [first, last). Row r is
 // position first + r / group, query head h * group + r % group.
-template <int HEAD_DIM>
+template <typename Path, int HEAD_DIM>
 void attend(const Problem &p, const uint16_t *packed_k, const uint16_t *packed_v, int h,
             int64_t first, int64_t last) {
+  constexpr int ROWS = Path::ROWS;
   const int group = p.num_heads / p.num_kv_heads;
   const int rows = static_cast<int>(last - first) * group;
   const int64_t offset = p.kv_len - p.q_len;  // keys before the chunk
   Scratch &s = scratch;
-  s.query.resize(static_cast<size_t>(rows) * HEAD_DIM);
+  s.query.resize(static_cast<size_t>((rows + ROWS - 1) / ROWS * ROWS) * HEAD_DIM);
   s.acc.assign(static_cast<size_t>(rows) * HEAD_DIM, 0.f);
   s.max.assign(rows, NO_MAX);
   s.sum.assign(rows, 0.f);
@@ -125,17 +185,17 @@ void attend(const Problem &p, const uint16_t *packed_k, const uint16_t *packed_v
   // The last key tile any row of the item sees.
   const int64_t tiles = (offset + last - 1) / TILE + 1;
   const int64_t tile_elems = static_cast<int64_t>(TILE) * HEAD_DIM;
-  alignas(64) float scores[ROW_TILE][TILE] = {};
-  alignas(64) uint16_t probs[ROW_TILE][TILE];
-  float scale_by[ROW_TILE];
+  alignas(64) float scores[ROWS][TILE] = {};
+  alignas(64) uint16_t probs[ROWS][TILE] = {};
+  float scale_by[ROWS];
   for (int64_t kt = 0; kt < tiles; ++kt) {
     const uint16_t *keys = packed_k + kt * tile_elems;
     const uint16_t *values = packed_v + kt * tile_elems;
-    for (int r0 = 0; r0 < rows; r0 += ROW_TILE) {
-      const int n = std::min(ROW_TILE, rows - r0);
+    for (int r0 = 0; r0 < rows; r0 += ROWS) {
+      const int n = std::min(ROWS, rows - r0);
       // Keys of this tile each row sees; rows are in position order, so
       // the tile's last row sees the most.
-      int visible[ROW_TILE];
+      int visible[ROWS];
       for (int i = 0; i < n; ++i) {
         const int64_t limit = offset + first + (r0 + i) / group + 1 - kt * TILE;
         visible[i] = static_cast<int>(std::clamp<int64_t>(limit, 0, TILE));
@@ -143,22 +203,13 @@ void attend(const Problem &p, const uint16_t *packed_k, const uint16_t *packed_v
       if (visible[n - 1] == 0) continue;  // the whole row tile is before this tile
       // On the diagonal, only the 16-key vectors some row sees (the rest
       // of `scores` keeps older, finite values that the softmax masks).
-      const uint16_t *q = s.query.data() + r0 * HEAD_DIM;
-      with_count(n, [&](auto r) {
-        constexpr int R = decltype(r)::value;
-        with_count((visible[n - 1] + 15) / 16, [&](auto c) {
-          constexpr int NC = decltype(c)::value;
-          if constexpr (NC <= TILE / 16) score_tile<R, NC, HEAD_DIM>(q, keys, scores);
-        });
-      });
+      Path::template scores<HEAD_DIM>(s.query.data() + r0 * HEAD_DIM, n, visible[n - 1], keys,
+                                      scores);
       for (int i = 0; i < n; ++i)
         scale_by[i] = softmax_tile(scores[i], visible[i], p.scale, s.max[r0 + i],
                                    s.sum[r0 + i], probs[i]);
-      const int pairs = (visible[n - 1] + 1) / 2;
-      float *acc = s.acc.data() + r0 * HEAD_DIM;
-      with_count(n, [&](auto r) {
-        weigh_tile<decltype(r)::value, HEAD_DIM>(probs, values, pairs, scale_by, acc);
-      });
+      Path::template weigh<HEAD_DIM>(probs, n, visible[n - 1], values, scale_by,
+                                     s.acc.data() + r0 * HEAD_DIM);
     }
   }
   for (int r = 0; r < rows; ++r)
@@ -167,7 +218,7 @@ void attend(const Problem &p, const uint16_t *packed_k, const uint16_t *packed_v
                                     HEAD_DIM);
 }
 
-template <int HEAD_DIM>
+template <typename Path, int HEAD_DIM>
 void run(const Problem &p) {
   const int64_t tiles = (p.kv_len + TILE - 1) / TILE;
   const int64_t tile_elems = static_cast<int64_t>(TILE) * HEAD_DIM;
@@ -187,25 +238,37 @@ void run(const Problem &p) {
     for (int64_t i = 0; i < p.num_kv_heads * tiles; ++i)
       pack_tile<HEAD_DIM>(p, static_cast<int>(i / tiles), i % tiles,
                           packed_k + i * tile_elems, packed_v + i * tile_elems);
+    Path::enter();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < items; ++i) {
       const int h = static_cast<int>(i % p.num_kv_heads);
       const int64_t first = (blocks - 1 - i / p.num_kv_heads) * QUERY_BLOCK;
-      attend<HEAD_DIM>(p, packed_k + h * tiles * tile_elems, packed_v + h * tiles * tile_elems,
-                       h, first, std::min(first + QUERY_BLOCK, p.q_len));
+      attend<Path, HEAD_DIM>(p, packed_k + h * tiles * tile_elems,
+                             packed_v + h * tiles * tile_elems, h, first,
+                             std::min(first + QUERY_BLOCK, p.q_len));
     }
+    Path::leave();
   }
 }
 
 using Runner = void (*)(const Problem &);
 
-Runner pick(int head_dim, int group, int block_size) {
-  if (group < 1 || block_size < 16 || block_size % 16) return nullptr;
+template <typename Path>
+Runner pick_for(int head_dim) {
   switch (head_dim) {
-    case 64: return run<64>;
-    case 128: return run<128>;
+    case 64: return run<Path, 64>;
+    case 128: return run<Path, 128>;
     default: return nullptr;
   }
+}
+
+// AMX where the build has it and the OS grants it, vdpbf16ps elsewhere.
+Runner pick(int head_dim, int group, int block_size) {
+  if (group < 1 || block_size < 16 || block_size % 16) return nullptr;
+#ifdef PREFILL_AMX
+  if (amx::amx_permitted()) return pick_for<AmxPath>(head_dim);
+#endif
+  return pick_for<VdpPath>(head_dim);
 }
 
 }  // namespace
