@@ -102,48 +102,123 @@ void pack_tile(const Problem &p, int h, int64_t kt, uint16_t *keys, uint16_t *va
   }
 }
 
+// A 64-byte aligned row of a key tile's scores or probabilities (the
+// softmax loads them aligned).
+template <typename T>
+struct alignas(64) TileRow {
+  T at[TILE];
+};
+
 // Per-thread state of one work item: its rows' queries (bfloat16, as
-// given), output accumulators, running max and sum.
+// given), output accumulators, running max and sum; for AMX also every
+// row's scores, probabilities and rescale factor of the current key tile.
 struct Scratch {
   std::vector<uint16_t> query;
-  std::vector<float> acc, max, sum;
+  std::vector<float> acc, max, sum, factor;
+  std::vector<TileRow<float>> scores;
+  std::vector<TileRow<uint16_t>> probs;
 };
 thread_local Scratch scratch;
 
-// The matmuls of one tile of Path::ROWS rows and a key tile, on
-// vdpbf16ps: n (<= 6) rows, the tile's first `seen` keys.
+// One work item: kv head h, query positions [first, first + rows / group).
+// Row r is position first + r / group, query head h * group + r % group:
+// rows are in position order, so a run of rows' last sees the most keys.
+struct Item {
+  int h, group, rows;
+  int64_t first, offset;  // offset: keys before the chunk
+
+  // Keys of key tile kt that row r sees (0..TILE).
+  int visible(int r, int64_t kt) const {
+    return static_cast<int>(
+        std::clamp<int64_t>(offset + first + r / group + 1 - kt * TILE, 0, TILE));
+  }
+};
+
+// Resets the thread's scratch for an item: queries copied (padded to
+// whole tiles of ROWS), accumulators zero, no max yet.
+template <int ROWS, int HEAD_DIM>
+Item begin_item(const Problem &p, int h, int64_t first, int64_t last, Scratch &s) {
+  const int group = p.num_heads / p.num_kv_heads;
+  const Item item{h, group, static_cast<int>(last - first) * group, first, p.kv_len - p.q_len};
+  s.query.resize(static_cast<size_t>((item.rows + ROWS - 1) / ROWS * ROWS) * HEAD_DIM);
+  s.acc.assign(static_cast<size_t>(item.rows) * HEAD_DIM, 0.f);
+  s.max.assign(item.rows, NO_MAX);
+  s.sum.assign(item.rows, 0.f);
+  for (int r = 0; r < item.rows; ++r)
+    std::copy_n(p.q + (first + r / group) * p.q_stride + (h * group + r % group) * HEAD_DIM,
+                HEAD_DIM, s.query.data() + r * HEAD_DIM);
+  return item;
+}
+
+template <int HEAD_DIM>
+void finish_item(const Problem &p, const Item &item, const Scratch &s) {
+  for (int r = 0; r < item.rows; ++r)
+    store_row<HEAD_DIM>(s.acc.data() + r * HEAD_DIM, 1.f / s.sum[r],
+                        p.out + ((item.first + r / item.group) * p.num_heads +
+                                 item.h * item.group + r % item.group) *
+                                    HEAD_DIM);
+}
+
+// The last key tile any row of the item sees.
+inline int64_t last_tile(const Item &item) {
+  return (item.offset + item.first + (item.rows - 1) / item.group) / TILE;
+}
+
+// vdpbf16ps: per key tile, 6 rows at a time through scores, softmax and
+// P V, the microkernels' accumulators in registers.
 struct VdpPath {
-  static constexpr int ROWS = ROW_TILE;
   static void enter() {}
   static void leave() {}
 
   template <int HEAD_DIM>
-  static void scores(const uint16_t *q, int n, int seen, const uint16_t *keys,
-                     float (*scores)[TILE]) {
-    with_count(n, [&](auto r) {
-      constexpr int R = decltype(r)::value;
-      with_count((seen + 15) / 16, [&](auto c) {
-        constexpr int NC = decltype(c)::value;
-        if constexpr (NC <= TILE / 16) score_tile<R, NC, HEAD_DIM>(q, keys, scores);
-      });
-    });
-  }
-
-  template <int HEAD_DIM>
-  static void weigh(const uint16_t (*probs)[TILE], int n, int seen, const uint16_t *values,
-                    const float *factor, float *acc) {
-    with_count(n, [&](auto r) {
-      weigh_tile<decltype(r)::value, HEAD_DIM>(probs, values, (seen + 1) / 2, factor, acc);
-    });
+  static void attend(const Problem &p, const uint16_t *packed_k, const uint16_t *packed_v, int h,
+                     int64_t first, int64_t last) {
+    Scratch &s = scratch;
+    const Item item = begin_item<ROW_TILE, HEAD_DIM>(p, h, first, last, s);
+    const int64_t tile_elems = static_cast<int64_t>(TILE) * HEAD_DIM;
+    alignas(64) float scores[ROW_TILE][TILE] = {};
+    alignas(64) uint16_t probs[ROW_TILE][TILE];
+    float scale_by[ROW_TILE];
+    for (int64_t kt = 0; kt <= last_tile(item); ++kt) {
+      const uint16_t *keys = packed_k + kt * tile_elems;
+      const uint16_t *values = packed_v + kt * tile_elems;
+      for (int r0 = 0; r0 < item.rows; r0 += ROW_TILE) {
+        const int n = std::min(ROW_TILE, item.rows - r0);
+        int visible[ROW_TILE];
+        for (int i = 0; i < n; ++i) visible[i] = item.visible(r0 + i, kt);
+        if (visible[n - 1] == 0) continue;  // the whole row tile is before this tile
+        // On the diagonal, only the 16-key vectors some row sees (the rest
+        // of `scores` keeps older, finite values that the softmax masks).
+        const uint16_t *q = s.query.data() + r0 * HEAD_DIM;
+        with_count(n, [&](auto r) {
+          constexpr int R = decltype(r)::value;
+          with_count((visible[n - 1] + 15) / 16, [&](auto c) {
+            constexpr int NC = decltype(c)::value;
+            if constexpr (NC <= TILE / 16) score_tile<R, NC, HEAD_DIM>(q, keys, scores);
+          });
+        });
+        for (int i = 0; i < n; ++i)
+          scale_by[i] = softmax_tile(scores[i], visible[i], p.scale, s.max[r0 + i],
+                                     s.sum[r0 + i], probs[i]);
+        const int pairs = (visible[n - 1] + 1) / 2;
+        float *acc = s.acc.data() + r0 * HEAD_DIM;
+        with_count(n, [&](auto r) {
+          weigh_tile<decltype(r)::value, HEAD_DIM>(probs, values, pairs, scale_by, acc);
+        });
+      }
+    }
+    finish_item<HEAD_DIM>(p, item, s);
   }
 };
 
 #ifdef PREFILL_AMX
-// The same on AMX: always 16 rows (the query copy is padded to whole
-// tiles; rows past n compute what nobody reads), 16 keys per score tile
-// and 32 per P V step.
+// AMX: per key tile, the scores of all rows (16 at a time), then every
+// row's softmax, then P V of all rows. In phases because a tile result is
+// slow to reach vector loads and vector stores slow to reach tile loads:
+// alternating per 16 rows, the tile instructions waited on each other
+// (the kernel took ~1.4x as long). Rows past `rows` in a tile of 16
+// (the query copy is padded) compute what nobody reads.
 struct AmxPath {
-  static constexpr int ROWS = AMX_ROWS;
   static void enter() {
     static const amx::TileConfig config = amx_config();
     _tile_loadconfig(&config);
@@ -151,72 +226,40 @@ struct AmxPath {
   static void leave() { _tile_release(); }
 
   template <int HEAD_DIM>
-  static void scores(const uint16_t *q, int, int seen, const uint16_t *keys,
-                     float (*scores)[TILE]) {
-    amx_score_tile<HEAD_DIM>(q, keys, (seen + 15) / 16, scores);
-  }
-
-  template <int HEAD_DIM>
-  static void weigh(const uint16_t (*probs)[TILE], int n, int seen, const uint16_t *values,
-                    const float *factor, float *acc) {
-    amx_weigh_tile<HEAD_DIM>(probs, values, (seen + AMX_DEPTH - 1) / AMX_DEPTH, n, factor, acc);
+  static void attend(const Problem &p, const uint16_t *packed_k, const uint16_t *packed_v, int h,
+                     int64_t first, int64_t last) {
+    Scratch &s = scratch;
+    const Item item = begin_item<AMX_ROWS, HEAD_DIM>(p, h, first, last, s);
+    const int row_tiles = (item.rows + AMX_ROWS - 1) / AMX_ROWS;
+    s.scores.resize(static_cast<size_t>(row_tiles) * AMX_ROWS);
+    s.probs.resize(static_cast<size_t>(row_tiles) * AMX_ROWS);
+    s.factor.resize(item.rows);
+    const int64_t tile_elems = static_cast<int64_t>(TILE) * HEAD_DIM;
+    for (int64_t kt = 0; kt <= last_tile(item); ++kt) {
+      // Keys of this tile that row tile i's last row sees: the most.
+      const auto seen = [&](int i) {
+        return item.visible(std::min((i + 1) * AMX_ROWS, item.rows) - 1, kt);
+      };
+      for (int i = 0; i < row_tiles; ++i)
+        if (seen(i))
+          amx_score_tile<HEAD_DIM>(s.query.data() + i * AMX_ROWS * HEAD_DIM,
+                                   packed_k + kt * tile_elems, (seen(i) + 15) / 16,
+                                   s.scores[i * AMX_ROWS].at);
+      for (int r = 0; r < item.rows; ++r)
+        s.factor[r] = softmax_tile(s.scores[r].at, item.visible(r, kt), p.scale, s.max[r],
+                                   s.sum[r], s.probs[r].at);
+      for (int i = 0; i < row_tiles; ++i)
+        if (seen(i))
+          amx_weigh_tile<HEAD_DIM>(s.probs[i * AMX_ROWS].at, packed_v + kt * tile_elems,
+                                   (seen(i) + AMX_DEPTH - 1) / AMX_DEPTH,
+                                   std::min(AMX_ROWS, item.rows - i * AMX_ROWS),
+                                   s.factor.data() + i * AMX_ROWS,
+                                   s.acc.data() + i * AMX_ROWS * HEAD_DIM);
+    }
+    finish_item<HEAD_DIM>(p, item, s);
   }
 };
 #endif
-
-// One work item: kv head h, query positions [first, last). Row r is
-// position first + r / group, query head h * group + r % group.
-template <typename Path, int HEAD_DIM>
-void attend(const Problem &p, const uint16_t *packed_k, const uint16_t *packed_v, int h,
-            int64_t first, int64_t last) {
-  constexpr int ROWS = Path::ROWS;
-  const int group = p.num_heads / p.num_kv_heads;
-  const int rows = static_cast<int>(last - first) * group;
-  const int64_t offset = p.kv_len - p.q_len;  // keys before the chunk
-  Scratch &s = scratch;
-  s.query.resize(static_cast<size_t>((rows + ROWS - 1) / ROWS * ROWS) * HEAD_DIM);
-  s.acc.assign(static_cast<size_t>(rows) * HEAD_DIM, 0.f);
-  s.max.assign(rows, NO_MAX);
-  s.sum.assign(rows, 0.f);
-  for (int r = 0; r < rows; ++r)
-    std::copy_n(p.q + (first + r / group) * p.q_stride + (h * group + r % group) * HEAD_DIM,
-                HEAD_DIM, s.query.data() + r * HEAD_DIM);
-
-  // The last key tile any row of the item sees.
-  const int64_t tiles = (offset + last - 1) / TILE + 1;
-  const int64_t tile_elems = static_cast<int64_t>(TILE) * HEAD_DIM;
-  alignas(64) float scores[ROWS][TILE] = {};
-  alignas(64) uint16_t probs[ROWS][TILE] = {};
-  float scale_by[ROWS];
-  for (int64_t kt = 0; kt < tiles; ++kt) {
-    const uint16_t *keys = packed_k + kt * tile_elems;
-    const uint16_t *values = packed_v + kt * tile_elems;
-    for (int r0 = 0; r0 < rows; r0 += ROWS) {
-      const int n = std::min(ROWS, rows - r0);
-      // Keys of this tile each row sees; rows are in position order, so
-      // the tile's last row sees the most.
-      int visible[ROWS];
-      for (int i = 0; i < n; ++i) {
-        const int64_t limit = offset + first + (r0 + i) / group + 1 - kt * TILE;
-        visible[i] = static_cast<int>(std::clamp<int64_t>(limit, 0, TILE));
-      }
-      if (visible[n - 1] == 0) continue;  // the whole row tile is before this tile
-      // On the diagonal, only the 16-key vectors some row sees (the rest
-      // of `scores` keeps older, finite values that the softmax masks).
-      Path::template scores<HEAD_DIM>(s.query.data() + r0 * HEAD_DIM, n, visible[n - 1], keys,
-                                      scores);
-      for (int i = 0; i < n; ++i)
-        scale_by[i] = softmax_tile(scores[i], visible[i], p.scale, s.max[r0 + i],
-                                   s.sum[r0 + i], probs[i]);
-      Path::template weigh<HEAD_DIM>(probs, n, visible[n - 1], values, scale_by,
-                                     s.acc.data() + r0 * HEAD_DIM);
-    }
-  }
-  for (int r = 0; r < rows; ++r)
-    store_row<HEAD_DIM>(s.acc.data() + r * HEAD_DIM, 1.f / s.sum[r],
-                        p.out + ((first + r / group) * p.num_heads + h * group + r % group) *
-                                    HEAD_DIM);
-}
 
 template <typename Path, int HEAD_DIM>
 void run(const Problem &p) {
@@ -243,9 +286,9 @@ void run(const Problem &p) {
     for (int64_t i = 0; i < items; ++i) {
       const int h = static_cast<int>(i % p.num_kv_heads);
       const int64_t first = (blocks - 1 - i / p.num_kv_heads) * QUERY_BLOCK;
-      attend<Path, HEAD_DIM>(p, packed_k + h * tiles * tile_elems,
-                             packed_v + h * tiles * tile_elems, h, first,
-                             std::min(first + QUERY_BLOCK, p.q_len));
+      Path::template attend<HEAD_DIM>(p, packed_k + h * tiles * tile_elems,
+                                      packed_v + h * tiles * tile_elems, h, first,
+                                      std::min(first + QUERY_BLOCK, p.q_len));
     }
     Path::leave();
   }

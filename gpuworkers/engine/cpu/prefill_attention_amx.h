@@ -35,11 +35,10 @@ inline amx::TileConfig amx_config() {
 // load reads (the probabilities, just written) past it.
 inline void compiler_barrier() { asm volatile("" ::: "memory"); }
 
-// scores[r][t] = q[r] . key t for 16 rows (queries [16][HEAD_DIM]) and the
-// first 16 * nc (1..4) keys of one packed key tile. Unscaled.
+// scores[r * TILE + t] = q[r] . key t for 16 rows (queries [16][HEAD_DIM])
+// and the first 16 * nc (1..4) keys of one packed key tile. Unscaled.
 template <int HEAD_DIM>
-inline void amx_score_tile(const uint16_t *q, const uint16_t *keys, int nc,
-                           float (*scores)[TILE]) {
+inline void amx_score_tile(const uint16_t *q, const uint16_t *keys, int nc, float *scores) {
   constexpr int64_t Q_ROW = HEAD_DIM * 2, KEY_ROW = TILE * 4, SCORE_ROW = TILE * 4;
   compiler_barrier();
   _tile_zero(4);
@@ -64,18 +63,18 @@ inline void amx_score_tile(const uint16_t *q, const uint16_t *keys, int nc,
       _tile_dpbf16ps(7, 0, 3);
     }
   }
-  _tile_stored(4, scores[0], SCORE_ROW);
-  if (nc > 1) _tile_stored(5, scores[0] + 16, SCORE_ROW);
-  if (nc > 2) _tile_stored(6, scores[0] + 32, SCORE_ROW);
-  if (nc > 3) _tile_stored(7, scores[0] + 48, SCORE_ROW);
+  _tile_stored(4, scores, SCORE_ROW);
+  if (nc > 1) _tile_stored(5, scores + 16, SCORE_ROW);
+  if (nc > 2) _tile_stored(6, scores + 32, SCORE_ROW);
+  if (nc > 3) _tile_stored(7, scores + 48, SCORE_ROW);
 }
 
 // acc[r] = acc[r] * factor[r] + sum over the tile's first 32 * steps (1 or
-// 2) keys of probs[r][t] * value t, for the first n of 16 rows. The tile's
+// 2) keys of probs[r * TILE + t] * value t, for the first n of 16 rows. The tile's
 // sum starts from zero in fresh C tiles, 64 dims at a time, and joins the
 // float32 accumulators in AVX-512: a tile cannot be rescaled in place.
 template <int HEAD_DIM>
-inline void amx_weigh_tile(const uint16_t (*probs)[TILE], const uint16_t *values, int steps,
+inline void amx_weigh_tile(const uint16_t *probs, const uint16_t *values, int steps,
                            int n, const float *factor, float *acc) {
   constexpr int64_t PROB_ROW = TILE * 2, VALUE_ROW = HEAD_DIM * 4;
   alignas(64) float sum[AMX_ROWS][64];
@@ -87,7 +86,7 @@ inline void amx_weigh_tile(const uint16_t (*probs)[TILE], const uint16_t *values
     _tile_zero(7);
     for (int s = 0; s < steps; ++s) {
       const uint16_t *v = values + s * AMX_DEPTH * HEAD_DIM + d0 * 2;  // key pair 16 * s
-      _tile_loadd(0, probs[0] + s * AMX_DEPTH, PROB_ROW);
+      _tile_loadd(0, probs + s * AMX_DEPTH, PROB_ROW);
       _tile_loadd(2, v, VALUE_ROW);
       _tile_dpbf16ps(4, 0, 2);
       _tile_loadd(3, v + 32, VALUE_ROW);
