@@ -6,13 +6,18 @@
 // 60-130 GFLOP/s on 2 threads of an AMD EPYC whose vdpbf16ps alone does
 // ~450 per core, and a chunk after cached context needed its keys and
 // values gathered out of the pool into dense copies first. This kernel:
-// 490 GFLOP/s at 414 tokens (6.8x), 620 at 2048 (4.9x;
-// bench/results/prefill_attention.txt). Here:
-//   - both matmuls (S = Q K^T and O += P V) are vdpbf16ps microkernels
-//     (prefill_attention.h) with their accumulators in registers;
+// 490 GFLOP/s at 414 tokens (6.8x), 620 at 2048 (4.9x) there; on an Intel
+// Xeon with AMX, where vdpbf16ps issues only one per ~0.5 ns and the same
+// microkernels were 0.4-1.0x SDPA, its AMX path is 1.1-2.5x SDPA and
+// 2.5-3.5x the vdpbf16ps one (bench/results/prefill_attention.txt). Here:
+//   - both matmuls (S = Q K^T and O += P V) are tdpbf16ps tiles of 16 rows
+//     (prefill_attention_amx.h) where the build has AMX and the OS grants
+//     it, else vdpbf16ps microkernels (prefill_attention.h) with their
+//     accumulators in registers;
 //   - each kv head's keys and values are packed once per call into the
-//     instruction's pair layout, straight from the pool (no gather), and
-//     every query block reads them from there;
+//     instruction's pair layout (the same for both: AMX's B tiles are
+//     vdpbf16ps pairs), straight from the pool (no gather), and every
+//     query block reads them from there;
 //   - a query block holds all GROUP query heads of its kv head (grouped-
 //     query attention), so each key and value tile serves all of them;
 //   - the softmax is online (flash attention) over key tiles of 64, in
@@ -32,10 +37,13 @@
 //
 // A row's result (one query position and head) depends only on its query,
 // its keys and its limit: key tiles start at multiples of 64 whatever the
-// query blocks, every row runs the same instructions on them, and a tile
-// past a row's limit (processed because other rows of its tile need it)
-// adds exact zeros and rescales by exactly 1. So a chunk's rows are
-// bit-identical computed alone or inside a longer chunk, in any blocking.
+// query blocks, every row runs the same instructions on them (on AMX each
+// C tile element is its own dot product, accumulated in a fixed order),
+// and a tile past a row's limit (processed because other rows of its tile
+// need it) adds exact zeros and rescales by exactly 1. So a chunk's rows
+// are bit-identical computed alone or inside a longer chunk, in any
+// blocking. The two paths round differently, so one machine must keep to
+// one: the path is fixed per build and process.
 //
 // Without AVX512_BF16 at build time the kernel reports itself unsupported
 // and the torch backend keeps scaled_dot_product_attention.
