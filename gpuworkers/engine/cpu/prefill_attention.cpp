@@ -8,8 +8,9 @@
 // values gathered out of the pool into dense copies first. This kernel:
 // 490 GFLOP/s at 414 tokens (6.8x), 620 at 2048 (4.9x) there; on an Intel
 // Xeon with AMX, where vdpbf16ps issues only one per ~0.5 ns and the same
-// microkernels were 0.4-1.0x SDPA, its AMX path is 1.1-2.5x SDPA and
-// 2.5-3.5x the vdpbf16ps one (bench/results/prefill_attention.txt). Here:
+// microkernels were 0.4-0.8x SDPA, its AMX path is 1.2-2.5x SDPA and
+// 2.0-3.9x the vdpbf16ps one (1 thread; bench/results/prefill_attention.txt).
+// Here:
 //   - both matmuls (S = Q K^T and O += P V) are tdpbf16ps tiles of 16 rows
 //     (prefill_attention_amx.h) where the build has AMX and the OS grants
 //     it, else vdpbf16ps microkernels (prefill_attention.h) with their
