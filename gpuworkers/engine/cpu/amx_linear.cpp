@@ -33,9 +33,8 @@
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #include <immintrin.h>
 #include <omp.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include "amx_tiles.h"
 #include "elementwise_avx512.h"
 
 namespace {
@@ -48,20 +47,8 @@ constexpr int MAX_ROWS = 2 * TILE_ROWS;  // rows per block: two row tiles
 // Sapphire Rapids) next to the rows.
 constexpr int64_t CHUNK_BYTES = 512 << 10;
 
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Linux hands AMX state to a thread only after the process asks once.
-bool amx_permitted() {
-  static const bool permitted = [] {
-    constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-  }();
-  return permitted;
-}
+using amx::amx_permitted;
+using amx::TileConfig;
 
 // Tiles: 0, 1 = x rows 0-15 and 16-31; 2, 3 = weights of two column tiles;
 // 4, 5 = rows 0-15 x those columns; 6, 7 = rows 16-31 x those columns.
@@ -146,6 +133,7 @@ void column_tiles(const uint16_t *x, int64_t x_bytes, const uint16_t *w0, const 
     _tile_stored(6, sums + TILE_ROWS * 2 * TILE_COLS, STRIDE);
     if constexpr (PAIR) _tile_stored(7, sums + TILE_ROWS * 2 * TILE_COLS + TILE_COLS, STRIDE);
   }
+  amx::compiler_barrier();  // finish_rows reads these sums later
 }
 
 struct Linear {

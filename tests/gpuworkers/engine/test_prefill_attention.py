@@ -102,19 +102,22 @@ def test_kernel_matches_float32_attention(
     torch.testing.assert_close(out.float(), expected, atol=TOLERANCE, rtol=TOLERANCE)
 
 
-@pytest.mark.parametrize(("heads", "kv_heads", "head_dim", "block_size"), SHAPES[:2])
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim", "block_size"), SHAPES)
 def test_rows_are_bit_identical_in_any_chunking(library, heads, kv_heads, head_dim, block_size):
     """A row's result depends on its query, keys and position only: the same
     bits from the whole prompt in one call, from chunks after context (one
-    query, odd offsets, a chunk longer than many query blocks), and on one
-    thread or two."""
+    query, odd offsets, a chunk longer than many query blocks, chunks that
+    end mid row tile), and on one thread or two. Where AMX runs (rows in
+    tiles of 16, padded; amx_linear_supported says so) as where vdpbf16ps
+    does (tiles of 6)."""
     kernel = kernel_for(library, heads, kv_heads, head_dim, block_size)
     total = 414
     k_cache, v_cache, table = random_sequence(kv_heads, head_dim, block_size, total, seed=7)
     gen = torch.Generator().manual_seed(8)
     q = torch.randn(total, heads, head_dim, generator=gen).to(BF16)
     whole = kernel(q, k_cache, v_cache, table, total)
-    for start, end in [(0, 1), (1, 65), (65, 66), (66, 100), (100, 413), (413, 414), (5, 414)]:
+    chunks = [(0, 1), (1, 65), (65, 66), (66, 100), (100, 413), (413, 414), (5, 414)]
+    for start, end in chunks + [(0, 16), (16, 33), (33, 37), (37, 53)]:
         chunk = kernel(q[start:end], k_cache, v_cache, table, end)
         assert torch.equal(chunk, whole[start:end]), f"chunk [{start}, {end})"
     threads = torch.get_num_threads()
