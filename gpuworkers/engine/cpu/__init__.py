@@ -25,8 +25,11 @@ def enable_cpu_fast_paths(model: torch.nn.Module, dtype: torch.dtype, device: st
     if packing_available(dtype, device):
         pack_linears(model, lib)
         kinds = {type(m) for m in model.modules()}
-        enabled += ["amx-linears"] * (AmxLinear in kinds) + ["packed-linears"] * (
-            PackedLinear in kinds
+        swiglu = any(getattr(m, "gate_up_activated", False) for m in model.modules())
+        enabled += (
+            ["amx-linears"] * (AmxLinear in kinds)
+            + ["amx-swiglu"] * swiglu
+            + ["packed-linears"] * (PackedLinear in kinds)
         )
     if lib is not None:
         fused = FusedOps(lib)

@@ -70,15 +70,30 @@ struct Pending {
   int64_t rows = 0;
   __mmask32 columns = 0;        // the pair's columns that exist
   const float *bias = nullptr;  // at the pair's first column, or null
-  uint16_t *out = nullptr;      // row 0, the pair's first column
+  uint16_t *out = nullptr;      // row 0, the pair's first output column
   int64_t out_features = 0;
+  bool swiglu = false;          // the pair is (gate, up): out = silu(gate) * up
 };
 
 // Rows [first, last) of a pending pair: + bias, rounded as the element-
 // wise kernels round (nearest even, subnormals kept, NaN kept NaN), the
-// pair's 32 columns in one store.
+// pair's 32 columns in one store. A (gate, up) pair gives 16 columns of
+// silu(gate) * up instead, with the roundings of gate_up's bfloat16 output
+// followed by the element-wise silu_and_mul: the same bits as that pair of
+// passes, without writing gate_up out and reading it back.
 inline void finish_rows(const Pending &p, int64_t first, int64_t last) {
-  using elementwise::avx512::round_bits;
+  using namespace elementwise::avx512;
+  if (p.swiglu) {
+    for (int64_t r = first; r < last; ++r) {
+      const float *sums = p.sums + r * 2 * TILE_COLS;
+      const __m512 gate = round_bf16(_mm512_load_ps(sums));
+      const __m512 up = round_bf16(_mm512_load_ps(sums + TILE_COLS));
+      const __m512i bits = round_bits(_mm512_mul_ps(round_bf16(silu(gate)), up));
+      _mm256_storeu_si256(reinterpret_cast<__m256i *>(p.out + r * p.out_features),
+                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16)));
+    }
+    return;
+  }
   // Word 2i + 1 of the two halves in turn: each float's top 16 bits.
   static const __m512i TOP_HALVES = [] {
     alignas(64) uint16_t index[32];
@@ -143,7 +158,8 @@ struct Linear {
   int64_t tile_elems, tiles;
   const float *bias;
   uint16_t *out;
-  int64_t out_features;
+  int64_t out_features;  // out's row stride: the columns, or the gated width
+  bool swiglu;           // tiles alternate gate and up (amx_swiglu_bf16)
 };
 
 // Rows [row, row + rows) (rows <= 32) against column pair `pair`, under the
@@ -161,31 +177,20 @@ inline Pending block_pair(const Linear &l, int64_t row, int64_t rows, int64_t pa
   else
     both ? column_tiles<false, true>(x, x_bytes, w0, w1, l.steps, sums, previous)
          : column_tiles<false, false>(x, x_bytes, w0, w1, l.steps, sums, previous);
+  if (l.swiglu)
+    return {sums, rows, 0xffff, nullptr, l.out + row * l.out_features + pair * TILE_COLS,
+            l.out_features, true};
   const int64_t first = t * TILE_COLS;
   const int64_t columns = std::min<int64_t>(l.out_features - first, both ? 2 * TILE_COLS : TILE_COLS);
   return {sums, rows, static_cast<__mmask32>((uint64_t{1} << columns) - 1),
-          l.bias ? l.bias + first : nullptr, l.out + row * l.out_features + first, l.out_features};
+          l.bias ? l.bias + first : nullptr, l.out + row * l.out_features + first, l.out_features,
+          false};
 }
 
-}  // namespace
-
-extern "C" {
-
-int amx_linear_supported() { return amx_permitted() ? 1 : 0; }
-
-int amx_linear_k_multiple() { return TILE_K; }
-
-// x [rows][in] bf16 (row stride x_stride elements; in a multiple of
-// 32); packed: the weight [out][in] as [ceil(out / 16)][in / 2][16][2]
-// bf16, columns past `out` zero; bias float32 [out] or null; out
-// [rows][out] bf16, contiguous.
-void amx_linear_bf16(const uint16_t *x, int64_t rows, int64_t x_stride, int64_t in_features,
-                     const uint16_t *packed, const float *bias, uint16_t *out,
-                     int64_t out_features) {
-  const int64_t tiles = (out_features + TILE_COLS - 1) / TILE_COLS;
-  const Linear l{x, x_stride, in_features / TILE_K, packed, in_features * TILE_COLS, tiles,
-                 bias, out, out_features};
-  const int64_t pairs = (tiles + 1) / 2;
+// Column pairs split statically over the threads: each thread streams
+// one contiguous run of the packed weights.
+void run(const Linear &l, int64_t rows) {
+  const int64_t pairs = (l.tiles + 1) / 2;
   const int64_t full = rows / MAX_ROWS, tail = rows % MAX_ROWS;
   const TileConfig full_config = config_for(MAX_ROWS), tail_config = config_for(static_cast<int>(tail));
   // Pairs of column tiles per chunk: the chunk's weights stay in L2 while
@@ -193,8 +198,7 @@ void amx_linear_bf16(const uint16_t *x, int64_t rows, int64_t x_stride, int64_t 
   const int64_t chunk = std::max<int64_t>(1, CHUNK_BYTES / (2 * l.tile_elems * 2));
 #pragma omp parallel
   {
-    // Each thread streams one contiguous run of the packed weights. Two
-    // sum buffers: one pair's tiles fill one while the other is rounded.
+    // Two sum buffers: one pair's tiles fill one while the other is rounded.
     alignas(64) float sums[2][MAX_ROWS * 2 * TILE_COLS];
     Pending pending;
     int buffer = 0;
@@ -215,6 +219,37 @@ void amx_linear_bf16(const uint16_t *x, int64_t rows, int64_t x_stride, int64_t 
   }
 }
 
+}  // namespace
+
+extern "C" {
+
+int amx_linear_supported() { return amx_permitted() ? 1 : 0; }
+
+int amx_linear_k_multiple() { return TILE_K; }
+
+// x [rows][in] bf16 (row stride x_stride elements; in a multiple of
+// 32); packed: the weight [out][in] as [ceil(out / 16)][in / 2][16][2]
+// bf16, columns past `out` zero; bias float32 [out] or null; out
+// [rows][out] bf16, contiguous.
+void amx_linear_bf16(const uint16_t *x, int64_t rows, int64_t x_stride, int64_t in_features,
+                     const uint16_t *packed, const float *bias, uint16_t *out,
+                     int64_t out_features) {
+  const int64_t tiles = (out_features + TILE_COLS - 1) / TILE_COLS;
+  run({x, x_stride, in_features / TILE_K, packed, in_features * TILE_COLS, tiles, bias, out,
+       out_features, false},
+      rows);
+}
+
+// out [rows][width] = silu(gate) * up for a gate_up linear [2 * width][in]
+// without bias, packed as above with its gate and up column tiles
+// alternating (gate 0, up 0, gate 1, ...); width a multiple of 16.
+void amx_swiglu_bf16(const uint16_t *x, int64_t rows, int64_t x_stride, int64_t in_features,
+                     const uint16_t *packed, uint16_t *out, int64_t width) {
+  run({x, x_stride, in_features / TILE_K, packed, in_features * TILE_COLS, 2 * width / TILE_COLS,
+       nullptr, out, width, true},
+      rows);
+}
+
 }  // extern "C"
 
 #else  // no AMX at build time
@@ -224,6 +259,8 @@ int amx_linear_supported() { return 0; }
 int amx_linear_k_multiple() { return 0; }
 void amx_linear_bf16(const uint16_t *, int64_t, int64_t, int64_t, const uint16_t *,
                         const float *, uint16_t *, int64_t) {}
+void amx_swiglu_bf16(const uint16_t *, int64_t, int64_t, int64_t, const uint16_t *, uint16_t *,
+                     int64_t) {}
 }
 
 #endif

@@ -62,7 +62,10 @@ class PackedLinear(nn.Module):
 
 def pack_linears(model: nn.Module, lib=None) -> int:
     """Swap every nn.Linear of ``model`` for an AmxLinear where ``lib`` has
-    the AMX kernel and the shape fits it, else a PackedLinear; returns how many."""
+    the AMX kernel and the shape fits it, else a PackedLinear; returns how many.
+
+    A SwiGLU MLP's gate_up (a module with ``gate_up_activated``) becomes an
+    AmxLinear that applies silu(gate) * up itself, where it fits."""
     swaps = [
         (parent, name, child)
         for parent in model.modules()
@@ -70,6 +73,15 @@ def pack_linears(model: nn.Module, lib=None) -> int:
         if isinstance(child, nn.Linear)
     ]
     for parent, name, child in swaps:
-        packed = AmxLinear(lib, child) if AmxLinear.applies(lib, child.in_features) else None
-        setattr(parent, name, packed or PackedLinear(child))
+        if not AmxLinear.applies(lib, child.in_features):
+            setattr(parent, name, PackedLinear(child))
+            continue
+        swiglu = (
+            name == "gate_up"
+            and hasattr(parent, "gate_up_activated")
+            and AmxLinear.applies_swiglu(lib, child)
+        )
+        setattr(parent, name, AmxLinear(lib, child, swiglu=swiglu))
+        if swiglu:
+            parent.gate_up_activated = True
     return len(swaps)

@@ -104,6 +104,9 @@ class MLP(nn.Module):
     """SwiGLU with gate and up fused into one matmul."""
 
     fused = None  # engine.cpu.FusedOps when enabled: silu(gate) * up in one pass
+    # True where the CPU fast paths made gate_up return silu(gate) * up
+    # itself (engine/cpu/packing.py): no [rows, 2 * intermediate] round trip.
+    gate_up_activated = False
 
     def __init__(self, hidden: int, intermediate: int):
         super().__init__()
@@ -113,6 +116,8 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor, invariant: bool = False) -> torch.Tensor:
         """``invariant``: batch-invariant linears (models/batch_invariant.py)."""
+        if self.gate_up_activated:
+            return linear(self.down, linear(self.gate_up, x, invariant), invariant)
         gate_up = linear(self.gate_up, x, invariant)
         if self.fused is not None and self.fused.applies(gate_up):
             return linear(self.down, self.fused.silu_and_mul(gate_up), invariant)

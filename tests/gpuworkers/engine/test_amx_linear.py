@@ -8,7 +8,9 @@ import torch.nn.functional as F
 
 from gpuworkers.engine.cpu import build
 from gpuworkers.engine.cpu.amx_linear import AmxLinear, amx_linear_available, pack_tiles
+from gpuworkers.engine.cpu.elementwise import FusedOps
 from gpuworkers.engine.cpu.packing import PackedLinear, pack_linears
+from gpuworkers.engine.models.layers import MLP
 
 LIB = build.cpu_library()
 
@@ -120,3 +122,41 @@ def test_pack_linears_takes_the_kernel_where_the_shape_fits_and_onednn_elsewhere
     assert isinstance(model[0], AmxLinear) and isinstance(model[2], PackedLinear)
     pack_linears(plain := torch.nn.Sequential(torch.nn.Linear(64, 32)).to(torch.bfloat16))
     assert isinstance(plain[0], PackedLinear)  # no library: oneDNN
+
+
+@pytest.mark.parametrize("rows", [1, 17, 32, 100, 300])
+@pytest.mark.parametrize(("width", "in_features"), [(1536, 576), (48, 64)])
+def test_swiglu_gives_the_bits_of_gate_up_then_silu_and_mul(rows, width, in_features):
+    """The fused epilogue rounds as gate_up's bfloat16 output and the
+    element-wise kernel do, so turning it on changes no logits."""
+    linear = layer(2 * width, in_features, False, seed=rows + width)
+    x = rows_of(rows, in_features, seed=rows)
+    fused = AmxLinear(LIB, linear, swiglu=True)
+    got = fused(x)
+    assert got.shape == (rows, width) and fused.out_features == width
+    assert torch.equal(got, FusedOps(LIB).silu_and_mul(AmxLinear(LIB, linear)(x)))
+    gate, up = F.linear(x.float(), linear.weight.float()).split(width, dim=-1)
+    assert torch.allclose(got.float(), F.silu(gate) * up, rtol=2e-2, atol=2e-2)
+    # Rows keep their bits in any batch, as the plain kernel's do.
+    assert torch.equal(fused(x[rows // 2 :]), got[rows // 2 :])
+
+
+def test_swiglu_needs_a_bias_free_gate_up_with_whole_tile_pairs():
+    assert not AmxLinear.applies_swiglu(LIB, layer(64, 64, True, seed=1))
+    assert not AmxLinear.applies_swiglu(LIB, layer(48, 64, False, seed=1))
+    with pytest.raises(ValueError, match="swiglu"):
+        AmxLinear(LIB, layer(48, 64, False, seed=1), swiglu=True)
+
+
+def test_pack_linears_fuses_the_mlps_activation_into_gate_up():
+    mlp = MLP(hidden=64, intermediate=96).to(torch.bfloat16)
+    x = rows_of(20, 64, seed=2)
+    with torch.no_grad():
+        gate, up = mlp.gate_up(x).split(96, dim=-1)
+        unfused = mlp.down(F.silu(gate) * up)
+    pack_linears(mlp, LIB)
+    assert mlp.gate_up_activated and mlp.gate_up.swiglu and not mlp.down.swiglu
+    with torch.no_grad():
+        got = mlp(x)
+    assert got.shape == (20, 64)
+    assert torch.allclose(got.float(), unfused.float(), rtol=5e-2, atol=5e-2)

@@ -301,9 +301,11 @@ def test_bfloat16_engine_answers_the_demo_question_on_both_paths(demo_dir):
         # The prefill kernel needs AVX512_BF16; without it prefills keep SDPA.
         prefill = fast and backend.prefill_kernel.supports(torch.bfloat16, torch.device("cpu"))
         expected = ["paged-decode-kernel"] + ["prefill-attention-kernel"] * prefill
-        # The demo model's linears all fit AMX tiles; without AMX, oneDNN.
+        # The demo model's linears all fit AMX tiles, its gate_up the fused
+        # SwiGLU too; without AMX, oneDNN.
         amx = amx_linear_available(build.cpu_library())
-        expected += ["amx-linears" if amx else "packed-linears", "fused-elementwise"]
+        expected += ["amx-linears", "amx-swiglu"] if amx else ["packed-linears"]
+        expected += ["fused-elementwise"]
         assert engine.cpu_fast_paths == (expected if fast else [])
         prompt = apply_chat_template(
             engine.tokenizer, [{"role": "user", "content": "What is the capital of France?"}]
