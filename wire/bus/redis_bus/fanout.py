@@ -102,8 +102,7 @@ class StreamFanout:
         stream = self._streams.get(key) or await self._join(key, after_seq)
         while True:
             if stream.error is not None:
-                # A fresh exception per waiter; the bus maps Redis trouble
-                # to BusUnavailable as for any other call.
+                # The bus maps Redis trouble to BusUnavailable, as for any call.
                 raise _copy(stream.error) from stream.error
             if after_seq < stream.base:
                 # Older than the buffer: a resume, or a slower second reader.
@@ -239,6 +238,8 @@ class StreamFanout:
 
 
 def _copy(exc: Exception) -> Exception:
+    """A fresh exception per waiter: one instance raised in many tasks
+    would collect all their tracebacks."""
     try:
         return type(exc)(*exc.args)
     except Exception:
