@@ -28,6 +28,7 @@ from wire.bus.redis_bus import (
     request_key,
     stream_key,
 )
+from wire.bus.redis_bus.common import wake_key
 from wire.events import EventType, created_event, delta_event, terminal_event
 from wire.requests import GenerationRequest
 from wire.snapshot import RedisSnapshotStore
@@ -86,6 +87,36 @@ def test_web_and_worker_serve_a_request_each_as_their_own_user(acl_redis):  # no
     assert acl_redis.denials() == []
 
 
+def test_the_webs_shared_stream_reader_runs_under_its_acl(acl_redis):  # noqa: F811
+    """Blocking reads share one XREAD that a private wake stream interrupts
+    when a stream joins (wire/bus/redis_bus/fanout.py): the wake's XADD and
+    EXPIRE, the XREAD over it and close()'s DEL are all the web's to do."""
+    acl_redis.reset_denials()
+    worker = RedisWorkerBus(acl_redis.url("worker"))
+    first, second = f"chatcmpl-{uuid.uuid4().hex}", f"chatcmpl-{uuid.uuid4().hex}"
+    event = created_event(response_id=second, model="m", worker_id="w", prompt_tokens=1)
+
+    async def web_side() -> list[dict]:
+        web = RedisBus(acl_redis.url("web"))
+        try:
+            waiting = asyncio.create_task(web.read_events(first, 0, 5000))
+            for _ in range(1000):  # until the shared XREAD blocks over ``first``
+                if web._fanout._reading or waiting.done():
+                    break
+                await asyncio.sleep(0.01)
+            assert not waiting.done(), waiting
+            worker.publish(second, event)
+            read = await web.read_events(second, 0, 5000)  # joins: wakes the XREAD
+            assert not waiting.done()
+            return read
+        finally:
+            await web.close()
+
+    assert asyncio.run(web_side()) == [event]
+    assert acl_redis.denials() == []
+    assert not acl_redis._admin().keys("llm:wake:*")
+
+
 def test_each_user_is_refused_what_the_other_side_reads(acl_redis):  # noqa: F811
     """A worker with its credentials cannot read the web's streams (response
     streams) nor its other keys; the web's credentials cannot read the
@@ -106,6 +137,7 @@ def test_each_user_is_refused_what_the_other_side_reads(acl_redis):  # noqa: F81
         lambda: worker.llen("celery:billing"),
         lambda: worker.zrange("asgi:group:chat", 0, -1),
         lambda: worker.xadd(request_key("another-worker"), {"r": "{}"}),  # forge work
+        lambda: worker.xadd(wake_key("a-web-process"), {"w": "1"}),
         lambda: worker.hset(SNAPSHOT_KEY, "document", "{}"),
     ]
     refused_to_web = [

@@ -8,6 +8,8 @@ Keys:
                            model's requests (peers look there for orphans)
   llm:r:{response_id}      stream of events (field ``e``), entry id 0-{seq}
   llm:r:{response_id}:term the terminal event's seq, once there is one
+  llm:wake:{token}         a web bus's private stream: an entry wakes its
+                           shared XREAD when a response stream joins it
   llm:workers              hash worker_id -> WorkerInfo JSON
   llm:hb:{worker_id}       exists while the worker's heartbeat is fresh;
                            "2" from workers that keep a liveness key
@@ -22,13 +24,15 @@ script that first checks the ``:term`` key, so a stream never gets a second
 terminal event, whoever (worker or web tier) writes it.
 
 Modules: ``common`` (keys, scripts), ``web`` (``RedisBus``, the async web
-side), ``worker`` (``RedisWorkerBus``) and ``intake`` (the worker's
-consumer-group reads, acks and reclaims).
+side), ``fanout`` (the web side's one shared XREAD over all the response
+streams it reads), ``worker`` (``RedisWorkerBus``) and ``intake`` (the
+worker's consumer-group reads, acks and reclaims).
 
 Access (docker/redis/users.acl.template): the web's Redis user writes
-``llm:w:*`` without reading it and reads ``llm:r:*``; a worker's user reads
-and acknowledges ``llm:w:*`` and writes ``llm:r:*`` without reading it, the
-registry and heartbeats write-only. Credentials come in the URL
+``llm:w:*`` without reading it and reads ``llm:r:*`` (and its own
+``llm:wake:*``); a worker's user reads and acknowledges ``llm:w:*`` and
+writes ``llm:r:*`` without reading it, the registry and heartbeats
+write-only. Credentials come in the URL
 (``BusConfig``).
 """
 

@@ -20,10 +20,11 @@ INBOX_TTL = 86400
 # Longest single XREAD wait; the socket timeout must stay above it.
 MAX_BLOCK_MS = 5000
 SOCKET_TIMEOUT = 10.0
-# Web tier: every open response blocks one connection in XREAD for up to a
-# poll; redis-py's asyncio pool refuses its 101st connection by default, so
-# past 100 concurrent streams per web process requests failed with
-# bus_unavailable. A larger pool that waits (up to POOL_WAIT) when full.
+# Web tier: blocking reads of open responses share one connection
+# (fanout.py), but resumes read directly and every other call takes a
+# pooled connection too; redis-py's asyncio pool refuses its 101st
+# connection by default, which once failed requests with bus_unavailable.
+# A larger pool that waits (up to POOL_WAIT) when full.
 MAX_CONNECTIONS = 1024
 POOL_WAIT = 10.0
 
@@ -75,6 +76,11 @@ def stream_key(response_id: str) -> str:
 
 def terminal_key(response_id: str) -> str:
     return f"llm:r:{response_id}:term"
+
+
+def wake_key(token: str) -> str:
+    """A web bus's private stream, written to wake its shared XREAD (fanout.py)."""
+    return f"llm:wake:{token}"
 
 
 def heartbeat_key(worker_id: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import uuid
 from typing import Any
 
 import redis
@@ -28,7 +29,9 @@ from wire.bus.redis_bus.common import (
     stream_key,
     terminal_key,
     unavailable_as_bus_error,
+    wake_key,
 )
+from wire.bus.redis_bus.fanout import StreamFanout
 from wire.requests import GenerationRequest
 from wire.workers import WorkerInfo
 
@@ -54,6 +57,8 @@ class RedisBus:
         )
         self._redis = aioredis.Redis.from_pool(pool)
         self._if_open = self._redis.register_script(PUBLISH_IF_OPEN_LUA)
+        # Blocking reads of every open response share one XREAD (fanout.py).
+        self._fanout = StreamFanout(self._redis, wake_key(uuid.uuid4().hex))
 
     async def submit(self, worker_id: str, request: GenerationRequest) -> None:
         with unavailable_as_bus_error():
@@ -65,12 +70,13 @@ class RedisBus:
     async def read_events(
         self, response_id: str, after_seq: int, block_ms: int
     ) -> list[dict[str, Any]]:
-        block = min(block_ms, MAX_BLOCK_MS) if block_ms > 0 else None
         with unavailable_as_bus_error():
-            reply = await self._redis.xread(
-                {stream_key(response_id): f"0-{after_seq}"}, block=block
-            )
-        return _decode_events(reply)
+            if block_ms <= 0:
+                # Nothing to wait for: one direct read, no shared state.
+                reply = await self._redis.xread({stream_key(response_id): f"0-{after_seq}"})
+                return _decode_events(reply)
+            block_s = min(block_ms, MAX_BLOCK_MS) / 1000
+            return await self._fanout.read(stream_key(response_id), after_seq, block_s)
 
     async def publish_if_open(self, response_id: str, event: dict[str, Any]) -> bool:
         body = json.dumps({k: v for k, v in event.items() if k != "seq"})
@@ -115,5 +121,6 @@ class RedisBus:
             return alive(*await self._redis.mget(heartbeat_key(worker_id), live_key(worker_id)))
 
     async def close(self) -> None:
+        await self._fanout.close()
         with contextlib.suppress(Exception):
             await self._redis.aclose()
