@@ -64,7 +64,11 @@ def test_resume_on_another_socket_gets_exactly_the_frames_after_seq(live):
     joined.send({"type": "chat.resume", "response_id": response_id, "after_seq": head[1]["seq"]})
     rest = first.read_until_terminal()
     original = head + rest
-    assert original[-1]["type"] == "completed"
+    # The reply is sampled (the console sends no seed): now and then the
+    # reply safety screen ends it as incomplete (content_filter), as a CI
+    # run saw. Either terminal ends the stream; what matters here is the
+    # resume.
+    assert original[-1]["type"] in ("completed", "incomplete")
     seqs = [f["seq"] for f in original]
     assert seqs == sorted(set(seqs))
     expected = [f for f in original if f["seq"] > head[1]["seq"]]
