@@ -11,10 +11,7 @@ redis-server of their own.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
-import socket
-import subprocess
 import threading
 import time
 
@@ -23,6 +20,7 @@ import redis
 
 from tests.gpuworkers.buses import needs_redis, redis_test_url, uid
 from tests.helpers import async_wait_until
+from tests.private_redis import PrivateRedis
 from wire.bus import BusUnavailable
 from wire.bus.base import iterate_events
 from wire.bus.redis_bus import RedisBus, RedisWorkerBus, stream_key
@@ -40,45 +38,6 @@ def _events(response_id: str, n_deltas: int, *, terminal: bool = True) -> list[d
     if terminal:
         events.append(terminal_event(EventType.COMPLETED, n_deltas + 2))
     return events
-
-
-class PrivateRedis:
-    """A redis-server of the test's own on a free port: its command counts are
-    the test's alone, and it may be killed and started again."""
-
-    def __init__(self) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        client = redis.Redis(port=self.port)
-        for _ in range(200):
-            with contextlib.suppress(redis.ConnectionError):
-                client.ping()
-                client.close()
-                return
-            time.sleep(0.05)
-        pytest.fail("private redis-server did not start")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def xread_calls(self) -> int:
-        client = redis.Redis(port=self.port)
-        try:
-            return client.info("commandstats").get("cmdstat_xread", {}).get("calls", 0)
-        finally:
-            client.close()
 
 
 @pytest.fixture
@@ -108,7 +67,7 @@ async def test_hundreds_of_streams_are_read_through_one_xread(private_redis):
         asyncio.create_task(_collect(bus, rid)) for rid in rids
     ]  # fmt: skip
     await async_wait_until(lambda: len(bus._fanout._streams) == n_streams, message="joins")
-    before = private_redis.xread_calls()
+    before = private_redis.command_calls("xread")
     reader_tasks_seen = set()
 
     def publish() -> None:
@@ -121,7 +80,7 @@ async def test_hundreds_of_streams_are_read_through_one_xread(private_redis):
         reader_tasks_seen.update(_fanout_tasks())
         await asyncio.sleep(0.01)
     got = await asyncio.wait_for(asyncio.gather(*readers), 60)
-    xreads = private_redis.xread_calls() - before
+    xreads = private_redis.command_calls("xread") - before
     assert got == [expected[rid] for rid in rids]
     total_events = n_streams * (n_deltas + 2)
     # A few XREADs per round (8 rounds; Redis answers the blocked XREAD

@@ -31,6 +31,7 @@ from tenants.ratelimit.redis_limiter import RedisLimiter
 
 # As a module: importing its ``test_db_url`` by name would collect it as a test.
 from tests.e2e import conftest as e2e
+from tests.private_redis import PrivateRedis
 from wire.bus.redis_bus import RedisBus
 from wire.workers import WorkerInfo
 
@@ -87,37 +88,6 @@ class Live:
             if time.monotonic() > deadline:
                 pytest.fail(f"{what} within {timeout}s\n{self.procs.output()}")
             time.sleep(0.1)
-
-
-class PrivateRedis:
-    """A redis-server of this test's own on a free port: safe to kill and restart."""
-
-    def __init__(self) -> None:
-        self.port = e2e.free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
-                *("--save", "", "--appendonly", "no"),
-            ],
-            stdout=subprocess.DEVNULL,
-        )
-        client = redis.Redis(port=self.port)
-        for _ in range(100):
-            with contextlib.suppress(redis.ConnectionError):
-                client.ping()
-                client.close()
-                return
-            time.sleep(0.05)
-        pytest.fail("private redis-server did not start")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def member_session(tenant, suffix: str) -> str | None:
