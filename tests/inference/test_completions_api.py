@@ -154,7 +154,10 @@ async def test_vllm_extras_through_extra_body(worker, api_key_factory, demo_mode
         )
         for step, got in steps:
             tied = {t.token for t in step.top_logprobs if t.logprob == step.logprob}
-            assert step.token in tied and got.token in tied, (extra, step, got)
+            # More tokens may tie than top_logprobs lists (CI once saw four at
+            # one step), so the sampled token is checked by its logprob: it
+            # must be one of the most probable.
+            assert step.token in tied and got.logprob == step.logprob, (extra, step, got)
             if len(tied) > 1:
                 break
     seeded = [(await chat(temperature=1.0, seed=3)).choices[0].message.content for _ in range(2)]
