@@ -1,4 +1,4 @@
-"""A decode step's linears, oneDNN vs the AMX kernel: ``python -m bench.decode_linear``.
+"""A decode step's linears, oneDNN vs the tile kernel: ``python -m bench.decode_linear``.
 
 The demo model's decoder-layer shapes (q/k/v 576->960, o 576->576,
 gate/up 576->3072, down 1536->576) for ``--layers`` layers of distinct
@@ -6,8 +6,9 @@ random weights, so each step reads them from DRAM as a real one does, and
 the LM head (576->49152), at a few decode batch sizes. Prints per shape the
 time of a call (microseconds, mean over ``--steps`` steps after warm-up) and
 the weights read per second over the whole step, for oneDNN's packed
-matmul (``PackedLinear``, what runs without AMX) and the compiled AMX
-kernel (``AmxLinear``), alternating; asserts nothing.
+matmul (``PackedLinear``, what runs without the kernels) and this
+machine's compiled tile kernel (``AmxLinear`` with AMX, else
+``Dpbf16Linear`` with AVX512_BF16), alternating; asserts nothing.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import time
 import torch
 
 from gpuworkers.engine.cpu import build
-from gpuworkers.engine.cpu.amx_linear import AmxLinear, amx_linear_available
 from gpuworkers.engine.cpu.packing import PACKING_ROWS_HINT
+from gpuworkers.engine.cpu.tile_linear import tile_linear_kind
 
 SHAPES = {
     "qkv": (576, 960),
@@ -38,8 +39,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", default="1,8,24,32")
     args = parser.parse_args(argv)
     lib = build.cpu_library()
-    if not amx_linear_available(lib):
-        raise SystemExit("the AMX decode kernel is not available on this machine (no AMX)")
+    kind = tile_linear_kind(lib)
+    if kind is None:
+        raise SystemExit("no tile linear kernel on this machine (neither AMX nor AVX512_BF16)")
     torch.set_num_threads(args.threads)
     gen = torch.Generator().manual_seed(0)
     # Per layer (the LM head once): oneDNN's packed weight and the kernel.
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
                 linear.weight.copy_(torch.randn(out_features, in_features, generator=gen))
             linear = linear.to(torch.bfloat16)
             onednn = torch.ops.mkldnn._reorder_linear_weight(linear.weight, PACKING_ROWS_HINT)
-            layer[name] = (onednn, AmxLinear(lib, linear))
+            layer[name] = (onednn, kind(lib, linear))
         layers.append(layer)
     step_bytes = sum(
         kernel.in_features * kernel.out_features * 2
@@ -71,14 +73,14 @@ def main(argv: list[str] | None = None) -> None:
             name: torch.randn(rows, in_features, generator=gen).to(torch.bfloat16)
             for name, (in_features, _) in SHAPES.items()
         }
-        spent = {path: dict.fromkeys(SHAPES, 0.0) for path in ("oneDNN", "AMX")}
+        spent = {path: dict.fromkeys(SHAPES, 0.0) for path in ("oneDNN", "kernel")}
         for step in range(args.steps + 2):
             for path in spent:
                 for layer in layers:
                     for name, (onednn, kernel) in layer.items():
                         x = inputs[name]
                         started = time.perf_counter()
-                        if path == "AMX":
+                        if path == "kernel":
                             kernel(x)
                         else:
                             torch.ops.mkldnn._linear_pointwise(x, onednn, None, "none", [], "")

@@ -1,6 +1,7 @@
 """The engine's CPU fast paths: compiled kernels (paged decode attention,
-prefill attention, fused element-wise ops, AMX linears) loaded with
-ctypes, and oneDNN-packed linears where AMX is missing.
+prefill attention, fused element-wise ops, tile linears on AMX or
+AVX512_BF16) loaded with ctypes, and oneDNN-packed linears where neither
+is there.
 
 ``enable_cpu_fast_paths(model)`` switches a loaded bfloat16 CPU model onto
 them; the attention backend picks the attention kernels itself.
@@ -10,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from gpuworkers.engine.cpu.amx_linear import AmxLinear
 from gpuworkers.engine.cpu.build import cpu_library
 from gpuworkers.engine.cpu.elementwise import FusedOps
 from gpuworkers.engine.cpu.packing import PackedLinear, pack_linears, packing_available
+from gpuworkers.engine.cpu.tile_linear import AmxLinear, Dpbf16Linear
 
 
 def enable_cpu_fast_paths(model: torch.nn.Module, dtype: torch.dtype, device: str) -> list[str]:
@@ -26,9 +27,10 @@ def enable_cpu_fast_paths(model: torch.nn.Module, dtype: torch.dtype, device: st
         pack_linears(model, lib)
         kinds = {type(m) for m in model.modules()}
         swiglu = any(getattr(m, "gate_up_activated", False) for m in model.modules())
+        tile = "amx" if AmxLinear in kinds else "dpbf16" if Dpbf16Linear in kinds else None
         enabled += (
-            ["amx-linears"] * (AmxLinear in kinds)
-            + ["amx-swiglu"] * swiglu
+            [f"{tile}-linears"] * bool(tile)
+            + [f"{tile}-swiglu"] * (bool(tile) and swiglu)
             + ["packed-linears"] * (PackedLinear in kinds)
         )
     if lib is not None:

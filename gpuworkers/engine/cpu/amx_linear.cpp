@@ -1,6 +1,6 @@
 // y = x @ W.T (+ b) in bfloat16 on AMX, for any number of rows. Where the
 // build has no AMX the entry points report themselves unavailable and
-// oneDNN (packing.py) runs every linear.
+// dpbf16_linear.cpp (AVX512_BF16) or oneDNN (packing.py) runs the linears.
 //
 // Why not oneDNN here: a decode step's linears stream every weight once
 // for a few rows (the demo model reads 268 MB of them per step for ~24
@@ -35,7 +35,7 @@
 #include <omp.h>
 
 #include "amx_tiles.h"
-#include "elementwise_avx512.h"
+#include "linear_epilogue.h"
 
 namespace {
 
@@ -49,6 +49,8 @@ constexpr int64_t CHUNK_BYTES = 512 << 10;
 
 using amx::amx_permitted;
 using amx::TileConfig;
+using linear_epilogue::finish_rows;
+using linear_epilogue::Pending;
 
 // Tiles: 0, 1 = x rows 0-15 and 16-31; 2, 3 = weights of two column tiles;
 // 4, 5 = rows 0-15 x those columns; 6, 7 = rows 16-31 x those columns.
@@ -61,55 +63,6 @@ TileConfig config_for(int rows) {
   for (int t : {4, 5}) c.rows[t] = low, c.colsb[t] = 64;
   for (int t : {6, 7}) c.rows[t] = high, c.colsb[t] = high ? 64 : 0;
   return c;
-}
-
-// The float32 sums of one row block x column pair, stored from the tiles
-// and not yet rounded into `out`.
-struct Pending {
-  const float *sums = nullptr;  // [MAX_ROWS][2 * TILE_COLS]
-  int64_t rows = 0;
-  __mmask32 columns = 0;        // the pair's columns that exist
-  const float *bias = nullptr;  // at the pair's first column, or null
-  uint16_t *out = nullptr;      // row 0, the pair's first output column
-  int64_t out_features = 0;
-  bool swiglu = false;          // the pair is (gate, up): out = silu(gate) * up
-};
-
-// Rows [first, last) of a pending pair: + bias, rounded as the element-
-// wise kernels round (nearest even, subnormals kept, NaN kept NaN), the
-// pair's 32 columns in one store. A (gate, up) pair gives 16 columns of
-// silu(gate) * up instead, with the roundings of gate_up's bfloat16 output
-// followed by the element-wise silu_and_mul: the same bits as that pair of
-// passes, without writing gate_up out and reading it back.
-inline void finish_rows(const Pending &p, int64_t first, int64_t last) {
-  using namespace elementwise::avx512;
-  if (p.swiglu) {
-    for (int64_t r = first; r < last; ++r) {
-      const float *sums = p.sums + r * 2 * TILE_COLS;
-      const __m512 gate = round_bf16(_mm512_load_ps(sums));
-      const __m512 up = round_bf16(_mm512_load_ps(sums + TILE_COLS));
-      const __m512i bits = round_bits(_mm512_mul_ps(round_bf16(silu(gate)), up));
-      _mm256_storeu_si256(reinterpret_cast<__m256i *>(p.out + r * p.out_features),
-                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16)));
-    }
-    return;
-  }
-  // Word 2i + 1 of the two halves in turn: each float's top 16 bits.
-  static const __m512i TOP_HALVES = [] {
-    alignas(64) uint16_t index[32];
-    for (int i = 0; i < 32; ++i) index[i] = static_cast<uint16_t>(2 * i + 1);
-    return _mm512_load_si512(index);
-  }();
-  const __mmask16 low = static_cast<__mmask16>(p.columns), high = static_cast<__mmask16>(p.columns >> 16);
-  const __m512 bias_low = p.bias ? _mm512_maskz_loadu_ps(low, p.bias) : _mm512_setzero_ps();
-  const __m512 bias_high = p.bias ? _mm512_maskz_loadu_ps(high, p.bias + TILE_COLS) : _mm512_setzero_ps();
-  for (int64_t r = first; r < last; ++r) {
-    const float *sums = p.sums + r * 2 * TILE_COLS;
-    const __m512i a = round_bits(_mm512_add_ps(_mm512_load_ps(sums), bias_low));
-    const __m512i b = round_bits(_mm512_add_ps(_mm512_load_ps(sums + TILE_COLS), bias_high));
-    _mm512_mask_storeu_epi16(p.out + r * p.out_features, p.columns,
-                             _mm512_permutex2var_epi16(a, TOP_HALVES, b));
-  }
 }
 
 // One row block against one pair of column tiles (or a last odd tile):

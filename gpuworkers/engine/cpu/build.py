@@ -152,6 +152,9 @@ def _load() -> object | None:
         # x, rows, x row stride, in, packed weight, float32 bias, out, out features
         "amx_linear_bf16": ([pointer, i64, i64, i64, pointer, pointer, pointer, i64], None),
         "amx_swiglu_bf16": ([pointer, i64, i64, i64, pointer, pointer, i64], None),
+        "dpbf16_linear_supported": ([], i32),
+        "dpbf16_linear_bf16": ([pointer, i64, i64, i64, pointer, pointer, pointer, i64], None),
+        "dpbf16_swiglu_bf16": ([pointer, i64, i64, i64, pointer, pointer, i64], None),
     }
     for name, (argtypes, restype) in signatures.items():
         fn = getattr(lib, name)

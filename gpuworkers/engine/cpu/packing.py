@@ -5,9 +5,10 @@ has them) but reorders the weight into oneDNN's blocked layout on every
 call, which dominates small-batch (decode) steps. Packing once at load time
 removes that copy; vLLM's CPU build does the same. Results are
 bit-identical to ``F.linear`` (tests/gpuworkers/engine/test_cpu_fast_paths.py).
-On CPUs with AMX, ``pack_linears`` uses the compiled kernel of amx_linear.py
-instead wherever it applies. float32 keeps ``F.linear`` (MKL), which is what the parity tests compare
-against transformers with.
+On CPUs with AMX or AVX512_BF16, ``pack_linears`` uses the compiled tile
+kernels of tile_linear.py instead wherever they apply. float32 keeps
+``F.linear`` (MKL), which is what the parity tests compare against
+transformers with.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from gpuworkers.engine.cpu.amx_linear import AmxLinear
+from gpuworkers.engine.cpu.tile_linear import tile_linear_kind
 
 # A batch-size hint for oneDNN's choice of blocked layout; one packing
 # serves decode (a few rows) and prefill (thousands) alike.
@@ -61,11 +62,13 @@ class PackedLinear(nn.Module):
 
 
 def pack_linears(model: nn.Module, lib=None) -> int:
-    """Swap every nn.Linear of ``model`` for an AmxLinear where ``lib`` has
-    the AMX kernel and the shape fits it, else a PackedLinear; returns how many.
+    """Swap every nn.Linear of ``model`` for this machine's tile linear
+    (AmxLinear, Dpbf16Linear) where ``lib`` has one and the shape fits it,
+    else a PackedLinear; returns how many.
 
-    A SwiGLU MLP's gate_up (a module with ``gate_up_activated``) becomes an
-    AmxLinear that applies silu(gate) * up itself, where it fits."""
+    A SwiGLU MLP's gate_up (a module with ``gate_up_activated``) becomes a
+    tile linear that applies silu(gate) * up itself, where it fits."""
+    kind = tile_linear_kind(lib)
     swaps = [
         (parent, name, child)
         for parent in model.modules()
@@ -73,15 +76,15 @@ def pack_linears(model: nn.Module, lib=None) -> int:
         if isinstance(child, nn.Linear)
     ]
     for parent, name, child in swaps:
-        if not AmxLinear.applies(lib, child.in_features):
+        if kind is None or not kind.applies(lib, child.in_features):
             setattr(parent, name, PackedLinear(child))
             continue
         swiglu = (
             name == "gate_up"
             and hasattr(parent, "gate_up_activated")
-            and AmxLinear.applies_swiglu(lib, child)
+            and kind.applies_swiglu(lib, child)
         )
-        setattr(parent, name, AmxLinear(lib, child, swiglu=swiglu))
+        setattr(parent, name, kind(lib, child, swiglu=swiglu))
         if swiglu:
             parent.gate_up_activated = True
     return len(swaps)

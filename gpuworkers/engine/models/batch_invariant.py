@@ -13,6 +13,10 @@ neighbours, and its bits depend on its own input only
 (tests/gpuworkers/engine/test_deterministic.py checks this from one row to
 over two tiles, with the row at the start, middle and end).
 
+The tile linears (gpuworkers/engine/cpu/tile_linear.py, AMX or
+vdpbf16ps) need no tiles: each output is its own dot product in a fixed
+order, so they say ``rows_are_independent`` and run as they are.
+
 The element-wise work between the linears (RMSNorm, rotary, SiLU, the
 fused CPU kernels) is row-wise already: measured invariant, not tiled.
 """
@@ -33,7 +37,7 @@ INVARIANT_ROWS = 16
 def linear(layer: torch.nn.Module, x: torch.Tensor, invariant: bool) -> torch.Tensor:
     """``layer(x)`` for a 2-D ``x``; with ``invariant``, in fixed row tiles."""
     rows = x.shape[0]
-    if not invariant or rows == 0:
+    if not invariant or rows == 0 or getattr(layer, "rows_are_independent", False):
         return layer(x)
     padded = -(-rows // INVARIANT_ROWS) * INVARIANT_ROWS
     if padded != rows:

@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from gpuworkers.engine.attention.torch_backend import TorchAttentionBackend
 from gpuworkers.engine.attention.torch_metadata import TorchAttentionMetadata
 from gpuworkers.engine.cpu import build
-from gpuworkers.engine.cpu.amx_linear import amx_linear_available
 from gpuworkers.engine.cpu.packing import PackedLinear, pack_linears, packing_available
 from gpuworkers.engine.cpu.paged_decode import PagedDecodeKernel
+from gpuworkers.engine.cpu.tile_linear import AmxLinear, tile_linear_kind
 
 
 def random_pool(num_heads, num_kv_heads, head_dim, block_size, lens, dtype, seed=0):
@@ -301,10 +301,11 @@ def test_bfloat16_engine_answers_the_demo_question_on_both_paths(demo_dir):
         # The prefill kernel needs AVX512_BF16; without it prefills keep SDPA.
         prefill = fast and backend.prefill_kernel.supports(torch.bfloat16, torch.device("cpu"))
         expected = ["paged-decode-kernel"] + ["prefill-attention-kernel"] * prefill
-        # The demo model's linears all fit AMX tiles, its gate_up the fused
-        # SwiGLU too; without AMX, oneDNN.
-        amx = amx_linear_available(build.cpu_library())
-        expected += ["amx-linears", "amx-swiglu"] if amx else ["packed-linears"]
+        # The demo model's linears all fit the tile kernels, its gate_up the
+        # fused SwiGLU too; with neither AMX nor AVX512_BF16, oneDNN.
+        kind = tile_linear_kind(build.cpu_library())
+        tile = None if kind is None else "amx" if kind is AmxLinear else "dpbf16"
+        expected += [f"{tile}-linears", f"{tile}-swiglu"] if tile else ["packed-linears"]
         expected += ["fused-elementwise"]
         assert engine.cpu_fast_paths == (expected if fast else [])
         prompt = apply_chat_template(

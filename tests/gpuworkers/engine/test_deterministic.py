@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from gpuworkers.engine import EngineConfig, LLMEngine, SamplingParams
+from gpuworkers.engine.cpu import build
 from gpuworkers.engine.cpu.packing import PackedLinear, packing_available
+from gpuworkers.engine.cpu.tile_linear import tile_linear_kind
 from gpuworkers.engine.models.batch_invariant import INVARIANT_ROWS, linear
 from gpuworkers.engine.models.loader import load_model
 from gpuworkers.engine.prefix_cache import hash_full_blocks
@@ -189,6 +191,12 @@ def linears() -> list[tuple[str, torch.nn.Module, torch.dtype]]:
         bf16 = torch.nn.Linear(features, out, bias=False).to(torch.bfloat16)
         with torch.no_grad():
             bf16.weight.copy_(layer.weight)
+        # This machine's tile linear (AMX or vdpbf16ps) runs untiled: its
+        # rows must keep their bits on their own.
+        if (kind := tile_linear_kind(build.cpu_library())) is not None:
+            built.append(
+                (f"tile {features}x{out}", kind(build.cpu_library(), bf16), torch.bfloat16)
+            )
         if packing_available(torch.bfloat16, "cpu"):
             bf16 = PackedLinear(bf16)
         built.append((f"bfloat16 {features}x{out}", bf16, torch.bfloat16))

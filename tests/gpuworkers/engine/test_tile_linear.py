@@ -1,4 +1,5 @@
-"""The AMX linear (gpuworkers/engine/cpu/amx_linear.*)."""
+"""The tile linears (gpuworkers/engine/cpu/tile_linear.py; amx_linear.cpp,
+dpbf16_linear.cpp): each test runs for every kind this machine has."""
 
 from __future__ import annotations
 
@@ -7,18 +8,32 @@ import torch
 import torch.nn.functional as F
 
 from gpuworkers.engine.cpu import build
-from gpuworkers.engine.cpu.amx_linear import AmxLinear, amx_linear_available, pack_tiles
 from gpuworkers.engine.cpu.elementwise import FusedOps
 from gpuworkers.engine.cpu.packing import PackedLinear, pack_linears
+from gpuworkers.engine.cpu.tile_linear import (
+    AmxLinear,
+    Dpbf16Linear,
+    pack_tiles,
+    tile_linear_kind,
+)
 from gpuworkers.engine.models.layers import MLP
 
 LIB = build.cpu_library()
 
-# Machines without AMX (the AMD EPYC CI hosts seen so far) build the
-# library without this kernel and keep oneDNN's packed linears.
-pytestmark = pytest.mark.skipif(
-    not amx_linear_available(LIB), reason="needs AMX (AMX_TILE and AMX_BF16)"
+
+# An Intel Xeon with AMX runs both kinds (it has AVX512_BF16 too); an AMD
+# EPYC Zen 4 the vdpbf16ps kind; a CPU with neither keeps oneDNN's packed
+# linears and skips these.
+@pytest.fixture(
+    params=[
+        pytest.param(AmxLinear, id="amx"),
+        pytest.param(Dpbf16Linear, id="dpbf16"),
+    ]
 )
+def kind(request):
+    if not request.param.available(LIB):
+        pytest.skip(f"this CPU's library has no {request.param.__name__} kernel")
+    return request.param
 
 
 def layer(out_features: int, in_features: int, bias: bool, seed: int) -> torch.nn.Linear:
@@ -49,10 +64,10 @@ def rows_of(count: int, features: int, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize(("out_features", "in_features"), [(960, 576), (40, 64), (200, 1536)])
 @pytest.mark.parametrize("bias", [False, True])
 def test_matches_float32_within_rounding_and_each_row_keeps_its_bits(
-    rows, out_features, in_features, bias
+    kind, rows, out_features, in_features, bias
 ):
     linear = layer(out_features, in_features, bias, seed=rows + out_features)
-    kernel = AmxLinear(LIB, linear)
+    kernel = kind(LIB, linear)
     x = rows_of(rows, in_features, seed=rows)
     got = kernel(x)
     assert got.shape == (rows, out_features) and got.dtype == torch.bfloat16
@@ -64,21 +79,21 @@ def test_matches_float32_within_rounding_and_each_row_keeps_its_bits(
     assert torch.equal(kernel(x[rows // 2 :]), got[rows // 2 :])
 
 
-def test_a_prompt_whole_and_its_tail_alone_give_the_same_rows():
+def test_a_prompt_whole_and_its_tail_alone_give_the_same_rows(kind):
     """What a prefix-cache hit does: the last tokens recomputed alone must
     match the same tokens computed with the whole prompt (oneDNN's rows
     differed between 17 and 300 rows on the AMX test machine)."""
     linear = layer(3072, 576, False, seed=11)
-    kernel = AmxLinear(LIB, linear)
+    kernel = kind(LIB, linear)
     prompt = rows_of(300, 576, seed=12)
     whole = kernel(prompt)
     for tail in (1, 13, 17, 44):
         assert torch.equal(kernel(prompt[-tail:]), whole[-tail:])
 
 
-def test_rows_keep_their_bits_whatever_the_thread_count():
+def test_rows_keep_their_bits_whatever_the_thread_count(kind):
     linear = layer(576, 1536, True, seed=3)
-    kernel = AmxLinear(LIB, linear)
+    kernel = kind(LIB, linear)
     x = rows_of(70, 1536, seed=4)
     threads = torch.get_num_threads()
     try:
@@ -89,8 +104,8 @@ def test_rows_keep_their_bits_whatever_the_thread_count():
     assert torch.equal(kernel(x), alone)
 
 
-def test_reads_strided_rows_leading_dims_and_keeps_nan_in_its_row():
-    kernel = AmxLinear(LIB, layer(64, 64, False, seed=5))
+def test_reads_strided_rows_leading_dims_and_keeps_nan_in_its_row(kind):
+    kernel = kind(LIB, layer(64, 64, False, seed=5))
     wide = rows_of(8, 128, seed=6)
     x = wide[:, 32:96]  # rows 128 apart, as the fused qkv views are
     assert torch.equal(kernel(x), kernel(x.contiguous()))
@@ -113,49 +128,56 @@ def test_packing_puts_a_column_tiles_pairs_in_one_run():
     assert not tiles[1, :, 4:].any()
 
 
-def test_pack_linears_takes_the_kernel_where_the_shape_fits_and_onednn_elsewhere():
+def test_pack_linears_takes_this_machines_kernel_where_the_shape_fits_and_onednn_elsewhere():
+    kind = tile_linear_kind(LIB)
+    if kind is None:
+        pytest.skip("this CPU's library has no tile linear kernel")
     model = torch.nn.Sequential(
-        torch.nn.Linear(64, 32, bias=False), torch.nn.ReLU(), torch.nn.Linear(48, 8)
+        torch.nn.Linear(64, 32, bias=False), torch.nn.ReLU(), torch.nn.Linear(47, 8)
     ).to(torch.bfloat16)
     assert pack_linears(model, LIB) == 2
-    # 64 inputs fill AMX tiles; 48 do not (tiles step 32 inputs).
-    assert isinstance(model[0], AmxLinear) and isinstance(model[2], PackedLinear)
+    # 64 inputs fill AMX tiles (32 inputs a step) and vdpbf16ps pairs; 47 neither.
+    assert isinstance(model[0], kind) and isinstance(model[2], PackedLinear)
     pack_linears(plain := torch.nn.Sequential(torch.nn.Linear(64, 32)).to(torch.bfloat16))
     assert isinstance(plain[0], PackedLinear)  # no library: oneDNN
 
 
 @pytest.mark.parametrize("rows", [1, 17, 32, 100, 300])
 @pytest.mark.parametrize(("width", "in_features"), [(1536, 576), (48, 64)])
-def test_swiglu_gives_the_bits_of_gate_up_then_silu_and_mul(rows, width, in_features):
+def test_swiglu_gives_the_bits_of_gate_up_then_silu_and_mul(kind, rows, width, in_features):
     """The fused epilogue rounds as gate_up's bfloat16 output and the
     element-wise kernel do, so turning it on changes no logits."""
     linear = layer(2 * width, in_features, False, seed=rows + width)
     x = rows_of(rows, in_features, seed=rows)
-    fused = AmxLinear(LIB, linear, swiglu=True)
+    fused = kind(LIB, linear, swiglu=True)
     got = fused(x)
     assert got.shape == (rows, width) and fused.out_features == width
-    assert torch.equal(got, FusedOps(LIB).silu_and_mul(AmxLinear(LIB, linear)(x)))
+    assert torch.equal(got, FusedOps(LIB).silu_and_mul(kind(LIB, linear)(x)))
     gate, up = F.linear(x.float(), linear.weight.float()).split(width, dim=-1)
     assert torch.allclose(got.float(), F.silu(gate) * up, rtol=2e-2, atol=2e-2)
     # Rows keep their bits in any batch, as the plain kernel's do.
     assert torch.equal(fused(x[rows // 2 :]), got[rows // 2 :])
 
 
-def test_swiglu_needs_a_bias_free_gate_up_with_whole_tile_pairs():
-    assert not AmxLinear.applies_swiglu(LIB, layer(64, 64, True, seed=1))
-    assert not AmxLinear.applies_swiglu(LIB, layer(48, 64, False, seed=1))
+def test_swiglu_needs_a_bias_free_gate_up_with_whole_tile_pairs(kind):
+    assert not kind.applies_swiglu(LIB, layer(64, 64, True, seed=1))
+    assert not kind.applies_swiglu(LIB, layer(48, 64, False, seed=1))
     with pytest.raises(ValueError, match="swiglu"):
-        AmxLinear(LIB, layer(48, 64, False, seed=1), swiglu=True)
+        kind(LIB, layer(48, 64, False, seed=1), swiglu=True)
 
 
 def test_pack_linears_fuses_the_mlps_activation_into_gate_up():
+    kind = tile_linear_kind(LIB)
+    if kind is None:
+        pytest.skip("this CPU's library has no tile linear kernel")
     mlp = MLP(hidden=64, intermediate=96).to(torch.bfloat16)
     x = rows_of(20, 64, seed=2)
     with torch.no_grad():
         gate, up = mlp.gate_up(x).split(96, dim=-1)
         unfused = mlp.down(F.silu(gate) * up)
     pack_linears(mlp, LIB)
-    assert mlp.gate_up_activated and mlp.gate_up.swiglu and not mlp.down.swiglu
+    assert isinstance(mlp.gate_up, kind) and mlp.gate_up_activated
+    assert mlp.gate_up.swiglu and not mlp.down.swiglu
     with torch.no_grad():
         got = mlp(x)
     assert got.shape == (20, 64)

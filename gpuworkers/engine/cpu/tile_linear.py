@@ -1,10 +1,15 @@
-"""Linear layers on AMX (amx_linear.cpp), bfloat16, any number of rows.
+"""Linear layers on compiled bfloat16 kernels that read the weight packed
+in 16-column tiles, any number of rows: AMX (amx_linear.cpp) on Intel CPUs
+that have it, else AVX512_BF16's vdpbf16ps (dpbf16_linear.cpp, AMD EPYC
+Zen 4).
 
-On CPUs with AMX they replace oneDNN's packed linears (packing.py): a
-decode step's few rows read the weights at 20-25 GB/s where oneDNN read
-15-18 (``python -m bench.decode_linear``), and a row's bits do not depend
-on how many rows share the call, so a prompt computed whole and its tail
-recomputed after a prefix-cache hit give the same logits.
+They replace oneDNN's packed linears (packing.py). With AMX, a decode
+step's few rows read the weights at 20-25 GB/s where oneDNN read 15-18
+(``python -m bench.decode_linear``); with vdpbf16ps, 24 rows ran the demo
+model's linears at about 1.6x oneDNN's speed on the AMD EPYC test machine
+(same command). And a row's bits do not depend on how many rows share the
+call, so a prompt computed whole and its tail recomputed after a
+prefix-cache hit give the same logits.
 
 A SwiGLU MLP's gate_up linear can also apply ``silu(gate) * up`` as it
 writes its rows (``swiglu=True``): the same bits as gate_up followed by the
@@ -13,10 +18,17 @@ element-wise silu_and_mul, without the [rows, 2 * width] intermediate.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
-# AMX B tiles: 16 output columns by 16 input pairs.
+# "0" keeps oneDNN's packed linears where a tile kernel would run (the
+# other kernels stay): for comparing the two, or a way back if one misbehaves.
+ENV_SWITCH = "GPUWORKERS_TILE_LINEARS"
+
+# A packed tile: 16 output columns by the input pairs (an AMX B tile is 16
+# of those pairs; a vdpbf16ps operand is one).
 TILE_COLUMNS = 16
 
 
@@ -24,9 +36,19 @@ def amx_linear_available(lib) -> bool:
     return lib is not None and bool(lib.amx_linear_supported())
 
 
-class AmxLinear(nn.Module):
-    """``y = x @ W.T + b`` for bfloat16 rows, W in AMX tile order; with
-    ``swiglu``, W is [gate; up] (no bias) and ``y = silu(x @ gate.T) * (x @ up.T)``."""
+def dpbf16_linear_available(lib) -> bool:
+    return lib is not None and bool(lib.dpbf16_linear_supported())
+
+
+class TileLinear(nn.Module):
+    """``y = x @ W.T + b`` for bfloat16 rows, W packed in column tiles; with
+    ``swiglu``, W is [gate; up] (no bias) and ``y = silu(x @ gate.T) * (x @ up.T)``.
+    Subclasses name the library's entry points and the inputs' multiple."""
+
+    linear_entry = swiglu_entry = ""
+    # A row's bits never depend on the call's other rows (each output is its
+    # own dot product in input order): deterministic steps need no row tiles.
+    rows_are_independent = True
 
     def __init__(self, lib, linear: nn.Linear, swiglu: bool = False):
         super().__init__()
@@ -42,10 +64,20 @@ class AmxLinear(nn.Module):
         self.register_buffer("packed_weight", weight, persistent=False)
         bias = linear.bias.detach().float().contiguous() if linear.bias is not None else None
         self.register_buffer("bias", bias, persistent=False)
+        self._linear = getattr(lib, self.linear_entry)
+        self._swiglu = getattr(lib, self.swiglu_entry)
 
     @staticmethod
-    def applies(lib, in_features: int) -> bool:
-        return amx_linear_available(lib) and in_features % lib.amx_linear_k_multiple() == 0
+    def available(lib) -> bool:
+        raise NotImplementedError
+
+    @staticmethod
+    def input_multiple(lib) -> int:
+        raise NotImplementedError
+
+    @classmethod
+    def applies(cls, lib, in_features: int) -> bool:
+        return cls.available(lib) and in_features % cls.input_multiple(lib) == 0
 
     @classmethod
     def applies_swiglu(cls, lib, linear: nn.Linear) -> bool:
@@ -62,7 +94,7 @@ class AmxLinear(nn.Module):
             rows = rows.contiguous()
         out = torch.empty((rows.shape[0], self.out_features), dtype=torch.bfloat16)
         if rows.shape[0] and self.swiglu:
-            self.lib.amx_swiglu_bf16(
+            self._swiglu(
                 rows.data_ptr(),
                 rows.shape[0],
                 rows.stride(0),
@@ -72,7 +104,7 @@ class AmxLinear(nn.Module):
                 self.out_features,
             )
         elif rows.shape[0]:
-            self.lib.amx_linear_bf16(
+            self._linear(
                 rows.data_ptr(),
                 rows.shape[0],
                 rows.stride(0),
@@ -85,9 +117,49 @@ class AmxLinear(nn.Module):
         return out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)
 
 
+class AmxLinear(TileLinear):
+    """On AMX tiles: 32 inputs per tile step, 16 rows per tile product."""
+
+    linear_entry, swiglu_entry = "amx_linear_bf16", "amx_swiglu_bf16"
+
+    @staticmethod
+    def available(lib) -> bool:
+        return amx_linear_available(lib)
+
+    @staticmethod
+    def input_multiple(lib) -> int:
+        return lib.amx_linear_k_multiple()
+
+
+class Dpbf16Linear(TileLinear):
+    """On AVX512_BF16's vdpbf16ps: two inputs per instruction, 12 rows per block."""
+
+    linear_entry, swiglu_entry = "dpbf16_linear_bf16", "dpbf16_swiglu_bf16"
+
+    @staticmethod
+    def available(lib) -> bool:
+        return dpbf16_linear_available(lib)
+
+    @staticmethod
+    def input_multiple(lib) -> int:
+        return 2
+
+
+def tile_linear_kind(lib) -> type[TileLinear] | None:
+    """The tile linear this machine's library runs: AMX first, else vdpbf16ps;
+    None without either, or with GPUWORKERS_TILE_LINEARS=0."""
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        return None
+    for kind in (AmxLinear, Dpbf16Linear):
+        if kind.available(lib):
+            return kind
+    return None
+
+
 def pack_tiles(weight: torch.Tensor) -> torch.Tensor:
     """[out, in] -> [ceil(out / 16), in / 2, 16, 2]: one column tile's input
-    pairs are one contiguous run, 1 KB per AMX tile load; padding columns are 0."""
+    pairs are one contiguous run, 1 KB per AMX tile load, 64 bytes per
+    vdpbf16ps operand; padding columns are 0."""
     out_features, in_features = weight.shape
     tiles = -(-out_features // TILE_COLUMNS)
     padded = weight.new_zeros(tiles * TILE_COLUMNS, in_features)
