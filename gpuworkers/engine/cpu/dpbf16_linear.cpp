@@ -16,8 +16,8 @@
 // 1.0-1.1x for prompts' 384-1024 rows (noisy; oneDNN blocks larger
 // prompts better). One kernel for all rows keeps one copy of the weights
 // and rows whose bits do not depend on the batch; the in-process serving
-// workload (`bench.serving_engine`) made 225-250 output tok/s against
-// oneDNN's 204-215.
+// workload (`bench.serving_engine`) made 254-274 output tok/s against
+// oneDNN's 232 (GPUWORKERS_TILE_LINEARS=0), alternating.
 //
 // The weights are packed as for AMX (tile_linear.py's pack_tiles): a column
 // tile's 16 columns x 2 inputs per input pair are one 64-byte vector,

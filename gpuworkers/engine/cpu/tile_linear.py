@@ -6,7 +6,7 @@ Zen 4).
 They replace oneDNN's packed linears (packing.py). With AMX, a decode
 step's few rows read the weights at 20-25 GB/s where oneDNN read 15-18
 (``python -m bench.decode_linear``); with vdpbf16ps, 24 rows ran the demo
-model's linears at about 1.6x oneDNN's speed on the AMD EPYC test machine
+model's linears at about 1.37x oneDNN's speed on the AMD EPYC test machine
 (same command). And a row's bits do not depend on how many rows share the
 call, so a prompt computed whole and its tail recomputed after a
 prefix-cache hit give the same logits.
