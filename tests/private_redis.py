@@ -5,18 +5,13 @@ shared server."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import time
 
 import pytest
 import redis
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.e2e.conftest import free_port
 
 
 class PrivateRedis:

@@ -27,7 +27,7 @@ def enable_cpu_fast_paths(model: torch.nn.Module, dtype: torch.dtype, device: st
         pack_linears(model, lib)
         kinds = {type(m) for m in model.modules()}
         swiglu = any(getattr(m, "gate_up_activated", False) for m in model.modules())
-        tile = "amx" if AmxLinear in kinds else "dpbf16" if Dpbf16Linear in kinds else None
+        tile = next((kind.name for kind in (AmxLinear, Dpbf16Linear) if kind in kinds), None)
         enabled += (
             [f"{tile}-linears"] * bool(tile)
             + [f"{tile}-swiglu"] * (bool(tile) and swiglu)

@@ -153,6 +153,7 @@ def _load() -> object | None:
         "amx_linear_bf16": ([pointer, i64, i64, i64, pointer, pointer, pointer, i64], None),
         "amx_swiglu_bf16": ([pointer, i64, i64, i64, pointer, pointer, i64], None),
         "dpbf16_linear_supported": ([], i32),
+        "dpbf16_linear_k_multiple": ([], i32),
         "dpbf16_linear_bf16": ([pointer, i64, i64, i64, pointer, pointer, pointer, i64], None),
         "dpbf16_swiglu_bf16": ([pointer, i64, i64, i64, pointer, pointer, i64], None),
     }

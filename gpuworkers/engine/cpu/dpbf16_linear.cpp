@@ -187,6 +187,8 @@ extern "C" {
 
 int dpbf16_linear_supported() { return 1; }
 
+int dpbf16_linear_k_multiple() { return 2; }  // inputs per vdpbf16ps lane
+
 // x [rows][in] bf16 (row stride x_stride elements; in even); packed: the
 // weight [out][in] as [ceil(out / 16)][in / 2][16][2] bf16, columns past
 // `out` zero; bias float32 [out] or null; out [rows][out] bf16, contiguous.
@@ -215,6 +217,7 @@ void dpbf16_swiglu_bf16(const uint16_t *x, int64_t rows, int64_t x_stride, int64
 
 extern "C" {
 int dpbf16_linear_supported() { return 0; }
+int dpbf16_linear_k_multiple() { return 0; }
 void dpbf16_linear_bf16(const uint16_t *, int64_t, int64_t, int64_t, const uint16_t *,
                         const float *, uint16_t *, int64_t) {}
 void dpbf16_swiglu_bf16(const uint16_t *, int64_t, int64_t, int64_t, const uint16_t *, uint16_t *,

@@ -32,20 +32,12 @@ ENV_SWITCH = "GPUWORKERS_TILE_LINEARS"
 TILE_COLUMNS = 16
 
 
-def amx_linear_available(lib) -> bool:
-    return lib is not None and bool(lib.amx_linear_supported())
-
-
-def dpbf16_linear_available(lib) -> bool:
-    return lib is not None and bool(lib.dpbf16_linear_supported())
-
-
 class TileLinear(nn.Module):
     """``y = x @ W.T + b`` for bfloat16 rows, W packed in column tiles; with
     ``swiglu``, W is [gate; up] (no bias) and ``y = silu(x @ gate.T) * (x @ up.T)``.
-    Subclasses name the library's entry points and the inputs' multiple."""
+    Subclasses name the library's entry points and their fast path."""
 
-    linear_entry = swiglu_entry = ""
+    name = supported_entry = k_multiple_entry = linear_entry = swiglu_entry = ""
     # A row's bits never depend on the call's other rows (each output is its
     # own dot product in input order): deterministic steps need no row tiles.
     rows_are_independent = True
@@ -67,17 +59,14 @@ class TileLinear(nn.Module):
         self._linear = getattr(lib, self.linear_entry)
         self._swiglu = getattr(lib, self.swiglu_entry)
 
-    @staticmethod
-    def available(lib) -> bool:
-        raise NotImplementedError
-
-    @staticmethod
-    def input_multiple(lib) -> int:
-        raise NotImplementedError
+    @classmethod
+    def available(cls, lib) -> bool:
+        return lib is not None and bool(getattr(lib, cls.supported_entry)())
 
     @classmethod
     def applies(cls, lib, in_features: int) -> bool:
-        return cls.available(lib) and in_features % cls.input_multiple(lib) == 0
+        """Available, and ``in_features`` a multiple of the kernel's input step."""
+        return cls.available(lib) and in_features % getattr(lib, cls.k_multiple_entry)() == 0
 
     @classmethod
     def applies_swiglu(cls, lib, linear: nn.Linear) -> bool:
@@ -120,29 +109,16 @@ class TileLinear(nn.Module):
 class AmxLinear(TileLinear):
     """On AMX tiles: 32 inputs per tile step, 16 rows per tile product."""
 
+    name, supported_entry, k_multiple_entry = "amx", "amx_linear_supported", "amx_linear_k_multiple"
     linear_entry, swiglu_entry = "amx_linear_bf16", "amx_swiglu_bf16"
-
-    @staticmethod
-    def available(lib) -> bool:
-        return amx_linear_available(lib)
-
-    @staticmethod
-    def input_multiple(lib) -> int:
-        return lib.amx_linear_k_multiple()
 
 
 class Dpbf16Linear(TileLinear):
     """On AVX512_BF16's vdpbf16ps: two inputs per instruction, 12 rows per block."""
 
+    name, supported_entry = "dpbf16", "dpbf16_linear_supported"
+    k_multiple_entry = "dpbf16_linear_k_multiple"
     linear_entry, swiglu_entry = "dpbf16_linear_bf16", "dpbf16_swiglu_bf16"
-
-    @staticmethod
-    def available(lib) -> bool:
-        return dpbf16_linear_available(lib)
-
-    @staticmethod
-    def input_multiple(lib) -> int:
-        return 2
 
 
 def tile_linear_kind(lib) -> type[TileLinear] | None:
