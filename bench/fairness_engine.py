@@ -161,35 +161,28 @@ def run_policy(model: Path, args, policy: str) -> dict:
     first: dict[str, tuple[int, float]] = {}
     # Every tenant, so that one generating nothing still counts.
     tokens = dict.fromkeys([f"f{i}" for i in range(args.flooders)] + ["light"], 0)
-    counter = 0
+    shapes = {
+        "flood": ("pro", args.flood_prompt, flood_params),
+        "light": (trace.light_tier, args.light_prompt, light_params),
+    }
+
+    def submit(tenant: str, kind: str) -> str:
+        tier, length, params = shapes[kind]
+        request_id = f"{tenant}-{len(owner)}"
+        tenant_id = tenant if with_tenants else None
+        engine.add_request(request_id, trace.prompt(length), params, tier=tier, tenant=tenant_id)
+        owner[request_id] = tenant
+        return request_id
+
     started = time.perf_counter()
     for now in range(args.steps):
         for i in range(args.flooders):
             tenant = f"f{i}"
             while live[tenant] < args.depth:
-                counter += 1
-                request_id = f"{tenant}-{counter}"
-                engine.add_request(
-                    request_id,
-                    trace.prompt(args.flood_prompt),
-                    flood_params,
-                    tier="pro",
-                    tenant=tenant if with_tenants else None,
-                )
-                owner[request_id] = tenant
+                submit(tenant, "flood")
                 live[tenant] += 1
         if now % args.light_every == args.light_every // 2:
-            counter += 1
-            request_id = f"light-{counter}"
-            engine.add_request(
-                request_id,
-                trace.prompt(args.light_prompt),
-                light_params,
-                tier=trace.light_tier,
-                tenant="light" if with_tenants else None,
-            )
-            owner[request_id] = "light"
-            sent[request_id] = (now, time.perf_counter())
+            sent[submit("light", "light")] = (now, time.perf_counter())
         for out in engine.step():
             tenant = owner[out.request_id]
             generated = sum(len(c.token_ids) for c in out.choices)
