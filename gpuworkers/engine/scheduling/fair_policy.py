@@ -227,8 +227,10 @@ class FairPolicy(SchedulingPolicy):
         its tier (or lane) go on within the bypass slack."""
         key = self.key_of(seq)
         if seq.request.is_batch:
-            lane = self.batch_pending
-            lane.started(key) if num_tokens else lane.blocked(key)
+            if num_tokens:
+                self.batch_pending.started(key)
+            else:
+                self.batch_pending.blocked(key)
             return
         tier = key[0]
         queue = self.pending[tier]
@@ -241,8 +243,8 @@ class FairPolicy(SchedulingPolicy):
             del self.pending[tier]
 
     def on_scheduled(self, seq: Sequence, num_tokens: int) -> None:
-        tier = self.share.tier_of(seq)
-        key = (tier, seq.request.tenant or "")
+        key = self.key_of(seq)
+        tier = key[0]
         if seq.request.is_batch:
             # No tier credit: batch uses what the tiers left. Higher tiers'
             # batch work gets more of the leftovers.
