@@ -1,14 +1,20 @@
-"""The engine's scheduling options for a worker.
+"""The engine's scheduling options for a worker, and for each request.
 
 Tier weights (fair share) come from the control snapshot like every other
 setting a worker reads; the weights the process was started with (the
 gpuworker command's ``--tier-weights``, the embedded engine's tier rows)
 stand in only while no snapshot has been published (a first start). With
 neither, the engine keeps its built-in defaults.
+
+Per request, who it is for comes from the wire request, never from a
+lookup: the tier and tenant it was admitted under.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from wire.requests import GenerationRequest
 from wire.snapshot import Snapshot
 
 
@@ -45,3 +51,12 @@ def engine_scheduling_options(
         if weights:
             options["tier_weights"] = dict(weights)
     return options
+
+
+def request_scheduling(request: GenerationRequest) -> dict[str, Any]:
+    """``LLMEngine.add_request``'s scheduling arguments for ``request``:
+    priority, tier and tenant (the engine's fair share between tenants
+    inside a tier). The service class joins here once the wire request
+    carries one; until then every request is the engine's "default"."""
+    tenant = None if request.tenant_id is None else str(request.tenant_id)
+    return {"priority": request.priority, "tier": request.tier, "tenant": tenant}

@@ -34,6 +34,7 @@ from typing import Any
 
 from gpuworkers.heartbeat import Beats, TokenRate
 from gpuworkers.metrics import WorkerMetrics
+from gpuworkers.scheduling import request_scheduling
 from gpuworkers.tracker import ResponseTracker
 from wire import logs
 from wire.bus import BusUnavailable, WorkerBus
@@ -279,9 +280,8 @@ class WorkerLoop:
                 request.response_id,
                 list(request.prompt_token_ids),
                 params,
-                priority=request.priority,
                 cache_salt=request.cache_salt,
-                tier=request.tier,
+                **request_scheduling(request),
             )
         except (ValueError, TypeError) as exc:
             # The API validates first; this is the engine's last word.

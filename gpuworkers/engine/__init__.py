@@ -17,6 +17,7 @@ from gpuworkers.engine.outputs import (
     TokenLogprob,
 )
 from gpuworkers.engine.sampling_params import InvalidSamplingParams, SamplingParams
+from gpuworkers.engine.sequence import ServiceClass
 
 __all__ = [
     "AdmissionPolicy",
@@ -29,5 +30,6 @@ __all__ = [
     "RequestOutput",
     "SamplingParams",
     "SchedulingPolicyName",
+    "ServiceClass",
     "TokenLogprob",
 ]

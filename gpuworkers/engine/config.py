@@ -20,7 +20,9 @@ class SchedulingPolicyName(StrEnum):
 
     FCFS = "fcfs"  # arrival order only
     PRIORITY = "priority"  # higher priority first, then arrival
-    FAIR = "fair"  # weighted fair share between tiers, with lending
+    # Weighted fair share between tiers, with lending; inside a tier,
+    # tenants by virtual token counter; service classes within a tenant.
+    FAIR = "fair"
 
 
 DEFAULT_TIER_WEIGHTS = {"enterprise": 0.50, "pro": 0.35, "free": 0.15}
@@ -65,6 +67,33 @@ class EngineConfig:
     admission_policy: AdmissionPolicy = AdmissionPolicy.RESERVE
     scheduling_policy: SchedulingPolicyName = SchedulingPolicyName.PRIORITY
     tier_weights: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TIER_WEIGHTS))
+    # Fair share between tenants inside a tier ("fair" policy): each
+    # tenant's virtual token counter is charged these weights per prompt
+    # token and per output token computed (VTC, Sheng et al., OSDI 2024,
+    # whose default this is: an output token costs a decode step, a prompt
+    # token a share of a batched prefill).
+    fair_prompt_weight: float = 1.0
+    fair_output_weight: float = 2.0
+    # How far (in weighted tokens) a tenant's counter may run ahead of a
+    # waiting tenant of its tier before the order is enforced. A tenant
+    # whose next request does not fit (KV) may be overtaken by the others
+    # until they are this far above it, then the tier waits for room for
+    # it: short requests pass a long prompt waiting for KV, and the long
+    # one's wait stays bounded (scheduling/fair_queue.py). And a tenant
+    # under its share takes a running sequence back only from one served
+    # this much more than itself (scheduling/fair_victims.py).
+    fair_counter_slack: float = 2048.0
+    # ... and only if that tenant is above the claimant by more than this,
+    # both in units of their shares of the tier (running slots and KV),
+    # once the claim runs: no capacity moves for a marginal gain.
+    fair_preempt_margin: float = 0.25
+    # Progress guarantee: a sequence that resumes after a preemption runs
+    # this many engine steps before a claim may preempt it again, so
+    # capacity never thrashes between claimants. A first start is not
+    # guarded: capacity lent to an idle tier's or tenant's share comes back
+    # at once. (KV exhaustion under optimistic admission may still take a
+    # guarded one when no other is left: the step must make room.)
+    preempt_min_steps: int = 4
     num_threads: int = 0  # 0: leave torch's default
     # Every step batch-invariant: a request's tokens and logprobs are the
     # same bits whatever the prefix-cache state, chunking and the rest of
@@ -114,6 +143,12 @@ class EngineConfig:
             raise ValueError("num_speculative_tokens must be >= 1, speculative_max_batch >= 0")
         if self.speculative_fixed_cost_rows < 0:
             raise ValueError("speculative_fixed_cost_rows must be >= 0")
+        if self.fair_prompt_weight < 0 or self.fair_output_weight < 0:
+            raise ValueError("fair_prompt_weight and fair_output_weight must be >= 0")
+        if min(self.fair_preempt_margin, self.fair_counter_slack, self.preempt_min_steps) < 0:
+            raise ValueError(
+                "fair_preempt_margin, fair_counter_slack and preempt_min_steps must be >= 0"
+            )
         if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
             raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
 

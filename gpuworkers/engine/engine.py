@@ -35,11 +35,13 @@ from gpuworkers.engine.sampling import SampleResult, choice_seed, prepare_reques
 from gpuworkers.engine.sampling_params import SamplingParams
 from gpuworkers.engine.scheduling import Scheduler
 from gpuworkers.engine.scheduling.batch import CacheOps
-from gpuworkers.engine.sequence import Request, Sequence, SequenceStatus
+from gpuworkers.engine.sequence import Request, Sequence, SequenceStatus, ServiceClass
 from gpuworkers.engine.structured import GrammarCompiler
 from gpuworkers.engine.tokenizer import eos_token_ids, load_tokenizer
 
 logger = logging.getLogger(__name__)
+
+_SERVICE_CLASSES = tuple(c.value for c in ServiceClass)
 
 
 class LLMEngine:
@@ -114,8 +116,19 @@ class LLMEngine:
         priority: int = 0,
         cache_salt: str | None = None,
         tier: str | None = None,
+        tenant: str | None = None,
+        service_class: ServiceClass | str = ServiceClass.DEFAULT,
     ) -> None:
-        """Queue a request. Raises ValueError if it can never fit."""
+        """Queue a request. Raises ValueError if it can never fit.
+
+        ``tier``, ``tenant`` and ``service_class`` matter under the fair
+        policy: tiers share by weight, a tier's tenants equally, and the
+        class orders a tenant's own requests (batch: only leftovers).
+        """
+        if service_class not in _SERVICE_CLASSES:
+            raise ValueError(
+                f"unknown service_class {service_class!r}; one of {', '.join(_SERVICE_CLASSES)}"
+            )
         if request_id in self.requests:
             raise ValueError(f"duplicate request id {request_id!r}")
         if not prompt_token_ids:
@@ -144,7 +157,16 @@ class LLMEngine:
                 f" tokens); the {'per-request cap' if cap < self.kv.num_total else 'pool'}"
                 f" is {cap}"
             )
-        request = Request(request_id, list(prompt_token_ids), params, priority, tier, cache_salt)
+        request = Request(
+            request_id,
+            list(prompt_token_ids),
+            params,
+            priority,
+            tier,
+            cache_salt,
+            tenant=tenant,
+            service_class=ServiceClass(service_class),
+        )
         # All n choices exist from the start, but only the first computes
         # the prompt; the scheduler forks the others off its blocks when
         # the prompt is done.
@@ -392,5 +414,10 @@ class LLMEngine:
             "scheduling_policy": self.config.scheduling_policy.value,
             "tier_weights": dict(self.config.tier_weights),
             "queued_by_tier": sched.queued_by_tier(),
+            "queued_by_class": sched.queued_by_class(),
+            # Under "fair": per tier, each active tenant's place in the fair
+            # order (scheduling/fair_estimate.py); tenant ids, so never a
+            # metric label. Empty under the other policies.
+            "fair_queue": sched.fair_queue(),
             **sched.speculator.stats(),
         }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from enum import Enum, auto
+from enum import Enum, StrEnum, auto
 
 from gpuworkers.engine.sampling_params import SamplingParams
 from gpuworkers.engine.spec.state import SpecState
@@ -21,6 +21,30 @@ class SequenceStatus(Enum):
     RUNNING = auto()  # holds KV blocks on the device
     SWAPPED = auto()  # KV blocks moved to the host pool
     FINISHED = auto()
+
+
+class ServiceClass(StrEnum):
+    """A request's scheduling class within its tenant (and, for batch, below
+    every interactive request).
+
+    Interactive classes only order a tenant's own requests (priority, then
+    default, then flex); the tenant's place among the others is its fair
+    share. Batch takes only the capacity interactive work leaves and is
+    preempted first when interactive work waits for KV.
+    """
+
+    PRIORITY = "priority"
+    DEFAULT = "default"
+    FLEX = "flex"
+    BATCH = "batch"
+
+    @property
+    def rank(self) -> int:
+        """0 for the highest class; larger ranks start later and are preempted first."""
+        return _CLASS_RANK[self]
+
+
+_CLASS_RANK = {c: i for i, c in enumerate(ServiceClass)}
 
 
 @dataclass(slots=True, eq=False)
@@ -52,6 +76,15 @@ class Sequence:
     grammar: object | None = None
     # Speculative decoding: drafted / accepted counts and back-off.
     spec: SpecState = field(default_factory=SpecState)
+    # Times preempted (swapped out or dropped to recompute).
+    num_preemptions: int = 0
+    # Progress guarantee: engine steps left before a claim may preempt it
+    # again (set when it resumes after a preemption; 0: it may).
+    preempt_guard: int = 0
+    # The tenant's virtual token counter is paid up to this position: a
+    # recompute after preemption is not charged again, and prefix-cache
+    # hits (never computed) never are.
+    num_charged_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -91,6 +124,10 @@ class Request:
     priority: int = 0
     tier: str | None = None
     cache_salt: str | None = None
+    # Who the request is for (fair share between tenants inside a tier;
+    # None: one anonymous tenant per tier, as offline use has).
+    tenant: str | None = None
+    service_class: ServiceClass = ServiceClass.DEFAULT
     arrival_time: float = field(default_factory=time.monotonic)
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
@@ -113,6 +150,13 @@ class Request:
     # far (TokenLogprob; None for the first token, which nothing predicts).
     prompt_logprobs: list | None = None
     prompt_logprobs_sent: bool = False
+
+    def __post_init__(self) -> None:
+        self.service_class = ServiceClass(self.service_class)
+
+    @property
+    def is_batch(self) -> bool:
+        return self.service_class is ServiceClass.BATCH
 
     @property
     def is_finished(self) -> bool:

@@ -7,7 +7,12 @@ import time
 
 import pytest
 
-from gpuworkers.scheduling import engine_scheduling_options, tier_weights_parse
+from gpuworkers.scheduling import (
+    engine_scheduling_options,
+    request_scheduling,
+    tier_weights_parse,
+)
+from wire.requests import GenerationRequest
 from wire.snapshot import RoutingThresholds, Snapshot, TierSettings
 
 
@@ -73,3 +78,12 @@ def test_tier_weights_parse_reads_the_command_line_form():
 def test_tier_weights_parse_names_the_fault(text, fault):
     with pytest.raises(ValueError, match=fault):
         tier_weights_parse(text)
+
+
+def test_a_request_reaches_the_engine_with_its_tier_and_tenant():
+    """The tenant is the wire request's (a string for the engine's fair
+    share); without one the engine's anonymous tenant of the tier."""
+    request = GenerationRequest("r1", "m", [1], {}, priority=2, tier="pro", tenant_id=42)
+    assert request_scheduling(request) == {"priority": 2, "tier": "pro", "tenant": "42"}
+    shadow = GenerationRequest("r2", "m", [1], {}, tier="free")
+    assert request_scheduling(shadow) == {"priority": 0, "tier": "free", "tenant": None}

@@ -5,7 +5,11 @@ Plain Python (no torch): testable with tiny pools and no model.
 - ``scheduler.py``: ``Scheduler``, the step's plan and its bookkeeping.
 - ``batch.py``: ``ScheduledBatch``, the runner's snapshot of a step.
 - ``policy.py``: the ``SchedulingPolicy`` interface, FCFS and Priority.
-- ``fair_policy.py`` / ``fair_share.py``: Fair, and its tier accounting.
+- ``fair_policy.py``: Fair: tiers by weight, tenants by counter, batch last;
+  ``fair_share.py`` (tier accounting), ``tenant_counters.py`` (virtual token
+  counters), ``fair_queue.py`` (a tier's fair order), ``fair_victims.py``
+  (whom a claim preempts), ``fair_estimate.py`` (the order's estimate for
+  admission control).
 - ``capacity.py``: KV reservations and admission checks.
 """
 

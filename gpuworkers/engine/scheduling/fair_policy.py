@@ -1,13 +1,34 @@
-"""SchedulingPolicy "fair": tiers share capacity and token budget by weight.
+"""SchedulingPolicy "fair": tiers by weight, tenants by counter, batch last.
 
-Each step: credit is refilled (fair_share.py). A tier under its share
-whose next queued sequence does not fit *claims* room back: the scheduler
-preempts sequences of the tier most over its share, but only while that
-tier stays above the claimant relative to their shares, so capacity never
-moves back and forth. Until claimants are served, over-share tiers start
-nothing new. Decodes are served first, the tiers furthest under their
-share first; prefill chunks and admissions go by credit, a tier taking
-more than its credit only what the others' demand leaves over.
+Three layers, each deciding only what the one above leaves open:
+
+1. Tiers share capacity and token budget by weight (fair_share.py). Each
+   step credit is refilled. A tier under its share whose next queued
+   sequence does not fit *claims* room back: the scheduler preempts
+   sequences of the tier most over its share, but only while that tier
+   stays above the claimant relative to their shares, so capacity never
+   moves back and forth. Until claimants are served, over-share tiers
+   start nothing new. Decodes are served first, the tiers furthest under
+   their share first; prefill chunks and admissions go by credit, a tier
+   taking more than its credit only what the others' demand leaves over.
+2. Inside a tier, tenants are equal: the tier's next sequence is the head
+   of its tenant with the lowest virtual token counter (tenant_counters.py).
+   A head that does not fit lets the tier's other tenants start only
+   within ``fair_counter_slack`` of its counter (fair_queue.py). A tenant
+   under its share of the tier whose head does not fit claims from the
+   most-served tenant over its share, if that one was served more than
+   the slack above it and holds more than ``fair_preempt_margin`` shares
+   above it once the claim runs (fair_victims.py).
+   Within a tenant: service class (priority, default, flex), then
+   priority, then arrival.
+3. Batch-class sequences start only when no interactive sequence is
+   queued, take only the budget interactive work leaves, and are the
+   first victims of any interactive claim or KV shortage. Among
+   themselves, tenants by counter, charged at 1 / tier weight.
+
+A sequence that resumed after a preemption fewer than
+``preempt_min_steps`` steps ago is never taken by a claim (the progress
+guarantee), so no sequence thrashes between claimants.
 """
 
 from __future__ import annotations
@@ -15,10 +36,24 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from gpuworkers.engine.scheduling.capacity import Capacity, seats
+from gpuworkers.engine.scheduling import fair_estimate, fair_victims
+from gpuworkers.engine.scheduling.capacity import Capacity
+from gpuworkers.engine.scheduling.fair_queue import GroupQueue
 from gpuworkers.engine.scheduling.fair_share import FairShare
-from gpuworkers.engine.scheduling.policy import Queues, SchedulingPolicy, priority_key
+from gpuworkers.engine.scheduling.policy import Queues, SchedulingPolicy
+from gpuworkers.engine.scheduling.tenant_counters import (
+    BATCH_GROUP,
+    TenantCounters,
+    TenantKey,
+    tenant_key,
+)
 from gpuworkers.engine.sequence import Sequence, SequenceStatus
+
+
+def class_key(seq: Sequence):
+    """Within a tenant: higher class, then higher priority, then arrival."""
+    request = seq.request
+    return (request.service_class.rank, -request.priority, request.arrival_time, seq.seq_id)
 
 
 class FairPolicy(SchedulingPolicy):
@@ -26,46 +61,88 @@ class FairPolicy(SchedulingPolicy):
 
     def __init__(self, weights: dict[str, float], capacity: Capacity, max_num_seqs: int):
         super().__init__()
+        config = capacity.config
         self.share = FairShare(weights, max_num_seqs, capacity.num_blocks)
+        self.counters = TenantCounters(config.fair_prompt_weight, config.fair_output_weight)
+        self.batch_counters = TenantCounters(config.fair_prompt_weight, config.fair_output_weight)
+        self.margin = config.fair_preempt_margin
+        self.slack = config.fair_counter_slack
         self.footprint = capacity.footprint
         # The smallest chunk a tier in debt still gets: it keeps moving.
         self.min_chunk = capacity.kv.block_size
         self.claimants: set[str] = set()
-        # This step's startable queued work per tier, and token demand per tier.
-        self.pending: dict[str, list[Sequence]] = {}
+        # Active tenants per tier this step (a tenant's share is the tier's / n).
+        self.num_tenants: dict[str, int] = {}
+        # Each tenant's dominant usage at the step's start (tie-breaks).
+        self.tenant_usage: dict[TenantKey, float] = {}
+        # This step's startable interactive work per tier, and token demand per tier.
+        self.pending: dict[str, GroupQueue] = {}
         self.demand: dict[str, int] = {}
+        # The batch lane, built when interactive admission is over (None: not yet).
+        self.batch_pending: GroupQueue | None = None
 
     def queue_key(self, seq: Sequence):
-        # Within a tier, swapped sequences come back before new ones start.
-        return (seq.status is not SequenceStatus.SWAPPED, priority_key(seq))
+        # Within a tenant, swapped sequences come back before new ones start.
+        return (seq.status is not SequenceStatus.SWAPPED, *class_key(seq))
 
     def tier_label(self, seq: Sequence) -> str:
         return self.share.tier_of(seq)
 
+    def key_of(self, seq: Sequence) -> TenantKey:
+        return tenant_key(seq, self.share.tier_of(seq))
+
+    def interactive(self, seqs: Iterable[Sequence]) -> list[Sequence]:
+        return [s for s in seqs if not s.request.is_batch]
+
     # Claims -------------------------------------------------------------
 
     def begin_step(self, queues: Queues, budget: int) -> list[Sequence]:
-        """Refill credit; the heads of the under-share tiers' queues claim
-        room, the tier with the most credit first."""
+        """Refill credit, lift newcomers' counters; the next sequence of
+        each tier that may start claims room (tier claimants first, the
+        tier with the most credit first)."""
         self.queues = queues
-        share = self.share
-        active = {
-            share.tier_of(s) for q in (queues.waiting, queues.running, queues.swapped) for s in q
-        }
-        share.refill(active, budget)
-        usage = share.usage(queues.running, self.footprint)
-        pending = self._by_tier(queues.swapped + queues.waiting)
+        self.batch_pending = None
+        share, footprint = self.share, self.footprint
+        running = self.interactive(queues.running)
+        queued = queues.swapped + queues.waiting
+        waiting = self.interactive(queued)
+        tenants: dict[str, set[TenantKey]] = {}
+        for seq in running + waiting:
+            key = self.key_of(seq)
+            tenants.setdefault(key[0], set()).add(key)
+        share.refill(set(tenants), budget)
+        self.counters.observe(tenants)
+        self.num_tenants = {tier: len(keys) for tier, keys in tenants.items()}
+        batch = [s for s in queues.running + queued if s.request.is_batch]
+        self.batch_counters.observe({BATCH_GROUP: {self.key_of(s) for s in batch}})
+        self.tenant_usage = self.usage_by_tenant(running)
+        usage = share.usage(running, footprint)
+        pending = self._by_tier(waiting)
         self.claimants = {t for t in pending if share.is_under_share(t, usage)}
         # From ``pending`` (queue order of the heads), not from the set: a
         # stable sort then breaks credit ties the same way in every process.
-        ordered = sorted(
-            (t for t in pending if t in self.claimants), key=share.credit_of, reverse=True
-        )
-        return [pending[tier][0] for tier in ordered]
+        ordered = sorted(pending, key=share.credit_of, reverse=True)
+        heads = [pending[t].head() for t in ordered if not self.claimants or t in self.claimants]
+        if self.claimants:
+            return heads
+        # No tier claims: a tier's next sequence may still take room from
+        # batch work, or from a tenant of its own tier over its share.
+        movable_batch = any(s.request.is_batch and not s.preempt_guard for s in queues.running)
+        return [h for h in heads if movable_batch or fair_victims.tenant_may_claim(self, h)]
 
     def reclaim_victim(self, claim: Sequence) -> Sequence | None:
+        """A running batch sequence first; then, for a tier claimant, of the
+        tier most over its share; then, for a tenant under its share of the
+        tier, of the tier's most-served tenant over its share."""
         running = self.queues.running
-        return self._most_over_share(running, running, claim)
+        victim = fair_victims.batch_victim(self, running)
+        if victim is None and self.share.tier_of(claim) in self.claimants:
+            interactive = self.interactive(running)
+            movable = [s for s in interactive if not s.preempt_guard]
+            victim = fair_victims.most_over_share(self, movable, interactive, claim)
+        if victim is None:
+            victim = fair_victims.tenant_victim(self, claim)
+        return victim
 
     # Serving ------------------------------------------------------------
 
@@ -73,36 +150,52 @@ class FairPolicy(SchedulingPolicy):
         """Also fixes, once the claims have taken their room, the queued
         work that may start this step and each tier's token demand."""
         queues, share = self.queues, self.share
-        self.pending = self._by_tier(queues.swapped + queues.waiting, self.claimants)
-        prefilling = [s for s in queues.running if s.is_prefilling]
-        queued = [s for q in self.pending.values() for s in q]
+        running = self.interactive(queues.running)
+        pending = self._by_tier(self.interactive(queues.swapped + queues.waiting))
+        if self.claimants:
+            pending = {t: q for t, q in pending.items() if t in self.claimants}
+        self.pending = pending
+        prefilling = [s for s in running if s.is_prefilling]
+        queued = [s for tier in pending.values() for s in tier.sequences()]
         self.demand = _demand(share, prefilling + queued)
-        levels = share.levels(queues.running, self.footprint)
+        levels = share.levels(running, self.footprint)
 
         def key(seq: Sequence):
-            # Decodes first, the tiers furthest under their share first, so
-            # that over-share tiers' sequences are still unscheduled when
-            # one must be preempted; then prefill chunks by credit.
+            # Batch last: its chunks take what is left and its sequences
+            # are at the end, where victims come from. Then decodes first,
+            # the tiers furthest under their share first, so that
+            # over-share tiers' sequences are still unscheduled when one
+            # must be preempted; then prefill chunks by credit; inside a
+            # tier, the least-served tenant first.
             tier = share.tier_of(seq)
-            return (
-                seq.is_prefilling,
-                levels.get(tier, 0.0),
-                -share.credit_of(tier),
-                priority_key(seq),
-            )
+            if seq.request.is_batch:
+                counter = self.batch_counters.counter(BATCH_GROUP, self.key_of(seq))
+                return (1, seq.is_prefilling, 0.0, 0.0, counter, class_key(seq))
+            counter = self.counters.counter(tier, self.key_of(seq))
+            level, credit = levels.get(tier, 0.0), share.credit_of(tier)
+            return (0, seq.is_prefilling, level, -credit, counter, class_key(seq))
 
         return key
 
     def pick_victim(self, unscheduled: list[Sequence]) -> Sequence:
-        """Of the tier most over its share; else the lowest-priority, newest."""
-        victim = self._most_over_share(unscheduled, self.queues.running)
-        return victim or max(unscheduled, key=priority_key)
+        """Batch first; then of the tier most over its share; else the
+        lowest-priority, newest. Guarded sequences only if all are."""
+        movable = [s for s in unscheduled if not s.preempt_guard] or unscheduled
+        batch = [s for s in movable if s.request.is_batch]
+        if batch:
+            return batch[-1]
+        running = self.interactive(self.queues.running)
+        victim = fair_victims.most_over_share(self, self.interactive(movable), running)
+        return victim or max(movable, key=fair_victims.victim_rank)
 
     def chunk_cap(self, seq: Sequence, budget: int) -> int:
         """The tier's credit, or more when the other tiers' remaining demand
-        leaves budget over (never idle while work waits)."""
-        tier = self.share.tier_of(seq)
+        leaves budget over (never idle while work waits). Batch: only what
+        interactive demand leaves over."""
         demand = self.demand
+        if seq.request.is_batch:
+            return max(0, budget - sum(max(d, 0) for d in demand.values()))
+        tier = self.share.tier_of(seq)
         demand[tier] = demand.get(tier, 0) - seq.num_uncomputed_tokens
         others = sum(d for t, d in demand.items() if t != tier)
         return max(int(self.share.credit_of(tier)), budget - others, self.min_chunk)
@@ -110,73 +203,95 @@ class FairPolicy(SchedulingPolicy):
     # Admission ----------------------------------------------------------
 
     def next_to_admit(self) -> Sequence | None:
-        """Head of the tier under its share, else of the one with most credit."""
-        if not self.pending:
-            return None
+        """Interactive: the tier under its share, else the one with most
+        credit; in it, the lowest counter's head. Then, only if nothing
+        interactive is queued, the batch lane by counter."""
         share = self.share
-        usage = share.usage(self.queues.running, self.footprint)
-        tier = max(
-            self.pending,
-            key=lambda t: (usage.get(t, 0.0) < share.share_of(t), share.credit_of(t)),
-        )
-        return self.pending[tier][0]
+        while self.pending:
+            usage = share.usage(self.interactive(self.queues.running), self.footprint)
+            tier = max(
+                self.pending,
+                key=lambda t: (usage.get(t, 0.0) < share.share_of(t), share.credit_of(t)),
+            )
+            head = self.pending[tier].head()
+            if head is not None:
+                return head
+            # Every tenant left is past the bypass limit: the tier waits.
+            del self.pending[tier]
+        if self.batch_pending is None:
+            self.batch_pending = self._batch_lane()
+        return self.batch_pending.head()
 
     def admitted(self, seq: Sequence, num_tokens: int) -> None:
-        """Strict order within a tier: a head that does not fit ends its tier's turn."""
-        tier = self.share.tier_of(seq)
-        if not num_tokens:
-            del self.pending[tier]
-            self.demand[tier] = 0
+        """A head that does not fit ends its tenant's turn; the others of
+        its tier (or lane) go on within the bypass slack."""
+        key = self.key_of(seq)
+        if seq.request.is_batch:
+            if num_tokens:
+                self.batch_pending.started(key)
+            else:
+                self.batch_pending.blocked(key)
             return
-        self.pending[tier].pop(0)
-        if not self.pending[tier]:
+        tier = key[0]
+        queue = self.pending[tier]
+        if num_tokens:
+            queue.started(key)
+        else:
+            rest = queue.blocked(key)
+            self.demand[tier] -= sum(s.num_uncomputed_tokens for s in rest)
+        if not queue:
             del self.pending[tier]
 
     def on_scheduled(self, seq: Sequence, num_tokens: int) -> None:
+        key = self.key_of(seq)
+        tier = key[0]
+        if seq.request.is_batch:
+            # No tier credit: batch uses what the tiers left. Higher tiers'
+            # batch work gets more of the leftovers.
+            scale = 1.0 / self.share.weights[tier]
+            self.batch_counters.charge(BATCH_GROUP, key, seq, num_tokens, scale)
+            return
         self.share.charge(seq, num_tokens)
+        # Drafts (spec/) come as a second call for the same positions: the
+        # counter charges each position once, as it is first computed.
+        self.counters.charge(tier, key, seq, num_tokens)
+
+    def queue_positions(self, queues: Queues) -> dict[str, dict]:
+        """Per tier, what is ahead of each active tenant's next request
+        (fair_estimate.py)."""
+        return fair_estimate.queue_positions(self, queues)
 
     # Helpers ------------------------------------------------------------
 
-    def _by_tier(self, queued: Iterable[Sequence], only: set[str] | None = None):
-        """Queued sequences per tier in queue order (all tiers if ``only`` is empty)."""
-        pending: dict[str, list[Sequence]] = {}
+    def usage_by_tenant(self, running: list[Sequence]) -> dict[TenantKey, float]:
+        """Each tenant's dominant fraction of the slots and KV pool."""
+        slots, blocks = fair_victims.tenant_tally(self, running)
+        share = self.share
+        return {k: max(slots[k] / share.max_num_seqs, blocks[k] / share.num_blocks) for k in slots}
+
+    def _group(self, group: str) -> GroupQueue:
+        counters = self.batch_counters if group == BATCH_GROUP else self.counters
+        return GroupQueue(group, counters, self.tenant_usage, self.slack, self.queue_key)
+
+    def _by_tier(self, queued: Iterable[Sequence]) -> dict[str, GroupQueue]:
+        """Queued sequences per tier, then per tenant, in queue order."""
+        pending: dict[str, GroupQueue] = {}
         for seq in sorted(queued, key=self.queue_key):
-            tier = self.share.tier_of(seq)
-            if not only or tier in only:
-                pending.setdefault(tier, []).append(seq)
+            key = self.key_of(seq)
+            if key[0] not in pending:
+                pending[key[0]] = self._group(key[0])
+            pending[key[0]].add(key, seq)
         return pending
 
-    def _most_over_share(
-        self, candidates: Iterable[Sequence], running: list[Sequence], claim: Sequence | None = None
-    ) -> Sequence | None:
-        """The newest, lowest-priority candidate of the tier most over its share.
-
-        For a ``claim`` a sequence is taken only if its tier stays above the
-        claimant's, both relative to their shares, once the claim runs: a
-        tier is never pushed below the one that claimed from it.
-        """
-        share, footprint = self.share, self.footprint
-        slots, blocks = share.tally(running, footprint)
-        claimant = share.tier_of(claim) if claim is not None else None
-        claim_level = 0.0
-        if claim is not None:
-            claim_level = share.level(
-                claimant, slots[claimant] + seats(claim), blocks[claimant] + footprint(claim)
-            )
-        best, best_key = None, None
-        for seq in candidates:
-            tier = share.tier_of(seq)
-            level = share.level(tier, slots[tier], blocks[tier])
-            if tier == claimant or level <= 1.0:
-                continue
-            if claim is not None:
-                after = share.level(tier, slots[tier] - seats(seq), blocks[tier] - footprint(seq))
-                if after <= claim_level:
-                    continue
-            key = (level, -seq.request.priority, seq.request.arrival_time, seq.seq_id)
-            if best_key is None or key > best_key:
-                best, best_key = seq, key
-        return best
+    def _batch_lane(self) -> GroupQueue:
+        """Queued batch sequences, if no interactive one is queued (batch
+        only takes what interactive work leaves); else an empty lane."""
+        lane = self._group(BATCH_GROUP)
+        queued = self.queues.swapped + self.queues.waiting
+        if all(s.request.is_batch for s in queued):
+            for seq in sorted(queued, key=self.queue_key):
+                lane.add(self.key_of(seq), seq)
+        return lane
 
 
 def _demand(share: FairShare, seqs: Iterable[Sequence]) -> dict[str, int]:

@@ -150,6 +150,11 @@ class SchedulingPolicy:
         """The tier a queued sequence counts under in ``queued_by_tier``."""
         return seq.request.tier or ""
 
+    def queue_positions(self, queues: Queues) -> dict[str, dict]:
+        """Per tier, what is ahead of each tenant's next request, for
+        admission control; empty where the order knows no tenants."""
+        return {}
+
 
 class FCFSPolicy(SchedulingPolicy):
     """Arrival order only."""

@@ -96,13 +96,26 @@ class Scheduler:
         self.kv.free(seq)
 
     def queued_by_tier(self) -> dict[str, dict[str, int]]:
-        """Waiting and swapped sequences and their tokens to compute, per
-        tier: what admission control needs to estimate a tier's wait."""
+        """Waiting and swapped interactive sequences and their tokens to
+        compute, per tier: what admission control needs to estimate a
+        tier's wait (batch work is never ahead of it; ``queued_by_class``
+        counts it)."""
         queued: dict[str, dict[str, int]] = {}
         for seq in self.waiting + self.swapped:
-            entry = queued.setdefault(self.policy.tier_label(seq), {"requests": 0, "tokens": 0})
-            entry["requests"] += 1
-            entry["tokens"] += seq.num_uncomputed_tokens
+            if not seq.request.is_batch:
+                _count(queued.setdefault(self.policy.tier_label(seq), _entry()), seq)
+        return queued
+
+    def fair_queue(self) -> dict[str, dict]:
+        """The policy's ``queue_positions`` over the current queues."""
+        return self.policy.queue_positions(self.queues)
+
+    def queued_by_class(self) -> dict[str, dict[str, dict[str, int]]]:
+        """As ``queued_by_tier``, split by service class (batch included)."""
+        queued: dict[str, dict[str, dict[str, int]]] = {}
+        for seq in self.waiting + self.swapped:
+            tier = queued.setdefault(self.policy.tier_label(seq), {})
+            _count(tier.setdefault(seq.request.service_class.value, _entry()), seq)
         return queued
 
     # The step -----------------------------------------------------------
@@ -114,6 +127,9 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         ops = CacheOps()
         picked: list[tuple[ScheduledSeq, Sequence]] = []
+        for seq in self.running:
+            if seq.preempt_guard:
+                seq.preempt_guard -= 1
         for claim in self.policy.begin_step(self.queues, budget):
             self._reclaim(claim, ops)
         self.running.sort(key=self.policy.serving_key())
@@ -176,7 +192,8 @@ class Scheduler:
             if seq is None:
                 break
             limit = min(budget, self.policy.chunk_cap(seq, budget))
-            num_new = self._start(seq, limit, picked, ops)
+            # No budget for it (batch behind interactive demand): not now.
+            num_new = self._start(seq, limit, picked, ops) if limit > 0 else 0
             self.policy.admitted(seq, num_new)
             budget -= num_new
         return budget
@@ -217,6 +234,11 @@ class Scheduler:
             self.waiting.remove(seq)
             self.kv.acquire_prefix(seq, hits)
         seq.status = SequenceStatus.RUNNING
+        if seq.num_preemptions:
+            # Resumed: it runs a while before a claim may take it again. A
+            # first start is not guarded: capacity lent to it is reclaimed
+            # at once (its tier's newest sequence goes, before it grew).
+            seq.preempt_guard = self.config.preempt_min_steps
         self.running.append(seq)
         self._schedule(seq, num_new, picked, ops)
         return num_new
@@ -235,6 +257,7 @@ class Scheduler:
         """Swap ``seq`` to the host pool, or drop its KV to recompute later."""
         self.running.remove(seq)
         self.num_preemptions += 1
+        seq.num_preemptions += 1
         if self.kv.can_swap_out(seq):
             ops.swap_out.extend(self.kv.swap_out(seq))
             seq.status = SequenceStatus.SWAPPED
@@ -335,5 +358,15 @@ class Scheduler:
                 continue
             self.kv.fork(parent, child)
             child.status = SequenceStatus.RUNNING
+            child.preempt_guard = parent.preempt_guard
             self.running.append(child)
             self.seqs[child.seq_id] = child
+
+
+def _entry() -> dict[str, int]:
+    return {"requests": 0, "tokens": 0}
+
+
+def _count(entry: dict[str, int], seq: Sequence) -> None:
+    entry["requests"] += 1
+    entry["tokens"] += seq.num_uncomputed_tokens
