@@ -90,6 +90,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    # django-ninja's static files: /v1/docs loads Swagger UI from here, not a CDN.
+    "ninja",
     # /metrics: HTTP and database metrics (config.middleware, the DB backends below).
     "django_prometheus",
     # Login throttling (AXES_* below) and the audit log of control-plane changes.
