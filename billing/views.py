@@ -97,6 +97,10 @@ def gpu_report(request: HttpRequest) -> HttpResponse:
             "rows": rows,
             "totals": gpu_cost_totals(rows) if rows else [],
             "chart": chart,
+            # Why a report can be empty: no Celery beat sampling worker time
+            # (plain bin/run), or workers priced at 0 per hour.
+            "sampled": any(r.gpu_seconds for r in rows or ()),
+            "priced": any(r.gpu_cost for r in rows or ()),
             "inline_days": INLINE_REPORT_DAYS,
             "query": f"start={start}&end={end}",
         },

@@ -1,5 +1,7 @@
 """Template context for the console's navigation, on every page."""
 
+from django.conf import settings
+
 from tenants.models import Membership
 
 
@@ -11,4 +13,6 @@ def console(request) -> dict:
     return {
         "console_tenant": membership.tenant if membership else None,
         "console_is_tenant_admin": bool(membership and membership.role == Membership.Role.ADMIN),
+        # Every cost the console shows is in this currency (billing_format.money).
+        "billing_currency": settings.BILLING_CURRENCY,
     }
