@@ -26,15 +26,25 @@ def staff(client, django_user_model):
     return client
 
 
-@pytest.fixture
-def sampled_day(tenant_factory, record_factory):
+def sample(model: str, *, busy: float, idle: float, hourly_price: str) -> None:
+    """One GPU usage sample of a worker of ``model`` on DAY."""
     worker = WorkerInfo(
-        worker_id="w1",
-        model="m1",
+        worker_id=f"w-{model}",
+        model=model,
         state=WorkerState.READY,
-        extra={"boot_id": "b", "busy_seconds": 2700.0, "idle_seconds": 900.0, "hourly_price": "4"},
+        extra={
+            "boot_id": "b",
+            "busy_seconds": busy,
+            "idle_seconds": idle,
+            "hourly_price": hourly_price,
+        },
     )
     gpu_usage_sample(workers=[worker], now=datetime(2025, 6, 1, 9, tzinfo=UTC))
+
+
+@pytest.fixture
+def sampled_day(tenant_factory, record_factory):
+    sample("m1", busy=2700.0, idle=900.0, hourly_price="4")
     record_factory(tenant_factory(), DAY, 300_000, 0, 700_000, model="m1")
 
 
@@ -175,13 +185,7 @@ def test_an_unsampled_report_says_why_it_has_no_charts(staff, tenant_factory, re
 
 
 def test_a_report_of_unpriced_workers_says_so(staff):
-    worker = WorkerInfo(
-        worker_id="w0",
-        model="m0",
-        state=WorkerState.READY,
-        extra={"boot_id": "b", "busy_seconds": 60.0, "idle_seconds": 60.0, "hourly_price": "0"},
-    )
-    gpu_usage_sample(workers=[worker], now=datetime(2025, 6, 1, 9, tzinfo=UTC))
+    sample("m0", busy=60.0, idle=60.0, hourly_price="0")
     page = staff.get(
         reverse("billing:gpu_report"), {"start": "2025-06-01", "end": "2025-06-01"}
     ).content.decode()
