@@ -398,7 +398,7 @@ RATE_LIMIT_SLOT_TTL = env_int("RATE_LIMIT_SLOT_TTL", 30)
 # Directory of the demo model, converted from GGUF on first use.
 LLM_MODEL_CACHE = os.environ.get("LLM_MODEL_CACHE") or None
 DEMO_MODEL_NAME = os.environ.get("DEMO_MODEL_NAME", "smollm2-135m-instruct")
-# Where seed_demo (local mode) keeps the demo API key for the README's curl.
+# Where seed_demo (local mode) keeps the demo API key for the README's quickstarts.
 DEMO_API_KEY_FILE = os.environ.get("DEMO_API_KEY_FILE", str(BASE_DIR / ".cache" / "demo-api-key"))
 # Run an engine thread inside the web process (embedded mode). Defaults to on
 # when there is no Redis, since nothing else could serve requests then.
