@@ -19,13 +19,12 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.deploy.test_topology import wait_ready
 from tests.e2e.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,20 +85,6 @@ def first_answer_while_warming(base: str, key: str, proc, log: Path) -> httpx.Re
     pytest.fail(f"bin/run never listened:\n{log.read_text()[-6000:]}")
 
 
-def wait_ready(base: str, proc, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()[-6000:]
-        try:
-            with urllib.request.urlopen(f"{base}/readyz", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(1)
-    pytest.fail(f"never ready:\n{log.read_text()[-6000:]}")
-
-
 def run_block(kind: str, block: str, base: str, cwd: Path) -> str:
     block = block.replace(README_BASE, base)
     if kind == "python":
@@ -133,7 +118,7 @@ def test_bin_run_then_the_quickstarts_as_written(tmp_path):
             assert first.status_code == 503, first.text
             assert first.json()["error"]["code"] == "model_warming_up"
             assert int(first.headers["Retry-After"]) > 0
-        wait_ready(base, proc, log)
+        wait_ready(base, proc, log, timeout=START_TIMEOUT)
         output = log.read_text()
         for stage in ("[run] applying database migrations", "[run] serving on", "warming"):
             assert stage in output, output[-4000:]
