@@ -33,8 +33,6 @@ README_BASE = "http://127.0.0.1:8000"
 START_TIMEOUT = 600
 BLOCK = re.compile(r"<!-- quickstart: (\w+) -->\n```\w+\n(.*?)```", re.DOTALL)
 
-pytestmark = pytest.mark.slow
-
 
 def quickstarts() -> dict[str, str]:
     blocks = dict(BLOCK.findall(README.read_text()))
@@ -97,6 +95,7 @@ def run_block(kind: str, block: str, base: str, cwd: Path) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_bin_run_then_the_quickstarts_as_written(tmp_path):
     """`bin/run` says what it is doing, answers "warming up" (503 with
     Retry-After, in OpenAI's shape) instead of hanging while the model loads,
