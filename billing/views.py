@@ -78,8 +78,9 @@ def gpu_report(request: HttpRequest) -> HttpResponse:
                 {
                     "day": r.day.isoformat(),
                     "model": r.model,
+                    # No GPU time sampled that day: no cost to chart, not a 0.
                     "cpm": float(r.cost_per_million_useful)
-                    if r.cost_per_million_useful is not None
+                    if r.cost_per_million_useful is not None and r.gpu_seconds
                     else None,
                     "idle": float(r.idle_share) if r.idle_share is not None else None,
                     "cost": float(r.gpu_cost),
