@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.browser.conftest import CHROMIUM, SCREENSHOTS
+from tests.browser.conftest import SCREENSHOTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.django_db]
 
@@ -129,27 +129,6 @@ def site(topology, django_db_blocker):
         users.filter(username__in=[admin.username, loner.username]).delete()
 
 
-@pytest.fixture(scope="module")
-def browser(site):
-    # After the data: Playwright's sync API runs an event loop in this thread.
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
-    from playwright.sync_api import sync_playwright
-
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
-        )
-        yield chromium
-        chromium.close()
-    if previous is None:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    else:
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
-
-
 class Visitor:
     """One browser context (its own cookies) that photographs what it opens."""
 
@@ -215,7 +194,9 @@ class Visitor:
 CHARTS_DRAWN = "() => window.usageCharts && window.usageCharts.length === 2"
 
 
-def test_every_console_page_renders(topology, site, browser):
+def test_every_console_page_renders(topology, site, chromium):
+    # site before chromium: Playwright's loop then runs in this thread.
+    browser = chromium
     base = topology.base_url.removesuffix("/v1")
     shots = []
 
