@@ -153,7 +153,7 @@ _USER_WORDS = {
     "server_draining": "The server is restarting. Send your message again in a moment.",
     "queue_wait_exceeded": "The model is too busy to answer in time right now.",
     "concurrency": "Your organization has too many replies in progress; wait for one to end.",
-    "requests": "Your organization has reached its limit of messages per minute.",
+    "requests": "Your organization has reached its limit of requests per minute.",
     "tokens": "Your organization has reached its limit of tokens per minute.",
     "insufficient_quota": "Your organization has used its monthly token quota.",
 }
