@@ -78,8 +78,9 @@ def gpu_report(request: HttpRequest) -> HttpResponse:
                 {
                     "day": r.day.isoformat(),
                     "model": r.model,
+                    # No GPU time sampled that day: no cost to chart, not a 0.
                     "cpm": float(r.cost_per_million_useful)
-                    if r.cost_per_million_useful is not None
+                    if r.cost_per_million_useful is not None and r.gpu_seconds
                     else None,
                     "idle": float(r.idle_share) if r.idle_share is not None else None,
                     "cost": float(r.gpu_cost),
@@ -97,6 +98,10 @@ def gpu_report(request: HttpRequest) -> HttpResponse:
             "rows": rows,
             "totals": gpu_cost_totals(rows) if rows else [],
             "chart": chart,
+            # Why a report can be empty: no Celery beat sampling worker time
+            # (plain bin/run), or workers priced at 0 per hour.
+            "sampled": any(r.gpu_seconds for r in rows or ()),
+            "priced": any(r.gpu_cost for r in rows or ()),
             "inline_days": INLINE_REPORT_DAYS,
             "query": f"start={start}&end={end}",
         },

@@ -2,7 +2,8 @@
 
 ``config.apps`` registers ``start`` with the dispatcher, so the request
 path starts the engine on first use without importing the worker; Daphne
-starts it with the server (``config.asgi``) so the first chat need not wait.
+starts it with the server (``config.asgi``) so it warms up before the first
+chat; until it is ready, dispatch answers 503 ``model_warming_up``.
 """
 
 from __future__ import annotations

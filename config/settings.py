@@ -90,6 +90,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    # django-ninja's static files: /v1/docs loads Swagger UI from here, not a CDN.
+    "ninja",
     # /metrics: HTTP and database metrics (config.middleware, the DB backends below).
     "django_prometheus",
     # Login throttling (AXES_* below) and the audit log of control-plane changes.
@@ -378,7 +380,8 @@ EMAIL_PORT = env_int("EMAIL_PORT", 25)
 EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
-DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "billing@localhost")
+# The sender of invitations and budget alerts: set it to an address of yours.
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "LLM platform <noreply@localhost>")
 # The file backend's directory (django.core.mail.backends.filebased).
 EMAIL_FILE_PATH = os.environ.get("EMAIL_FILE_PATH", str(BASE_DIR / ".cache" / "mail"))
 # A GPU worker's price per hour (gpuworker --hourly-price overrides it).
@@ -395,7 +398,7 @@ RATE_LIMIT_SLOT_TTL = env_int("RATE_LIMIT_SLOT_TTL", 30)
 # Directory of the demo model, converted from GGUF on first use.
 LLM_MODEL_CACHE = os.environ.get("LLM_MODEL_CACHE") or None
 DEMO_MODEL_NAME = os.environ.get("DEMO_MODEL_NAME", "smollm2-135m-instruct")
-# Where seed_demo (local mode) keeps the demo API key for the README's curl.
+# Where seed_demo (local mode) keeps the demo API key for the README's quickstarts.
 DEMO_API_KEY_FILE = os.environ.get("DEMO_API_KEY_FILE", str(BASE_DIR / ".cache" / "demo-api-key"))
 # Run an engine thread inside the web process (embedded mode). Defaults to on
 # when there is no Redis, since nothing else could serve requests then.

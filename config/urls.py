@@ -1,7 +1,9 @@
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from config import views
 from config.api import api
@@ -9,6 +11,8 @@ from inference.views import home
 
 urlpatterns = [
     path("", home, name="home"),
+    # Browsers ask for /favicon.ico on pages that name none (the admin's).
+    path("favicon.ico", RedirectView.as_view(url=static("console/favicon.svg"), permanent=True)),
     # Operators: Prometheus metrics (django-prometheus's view), liveness, readiness.
     path("", include("django_prometheus.urls")),
     path("healthz", views.healthz, name="healthz"),

@@ -1,6 +1,18 @@
 """Template context for the console's navigation, on every page."""
 
+import functools
+
+from django.conf import settings
+from django.contrib.staticfiles import finders
+
 from tenants.models import Membership
+
+
+@functools.cache
+def _chartjs_installed() -> bool:
+    # bin/setup copies Chart.js from npm when npm is there; without it the
+    # chart pages skip the script (no 404) and say why instead.
+    return finders.find("vendor/chart.umd.js") is not None
 
 
 def console(request) -> dict:
@@ -11,4 +23,7 @@ def console(request) -> dict:
     return {
         "console_tenant": membership.tenant if membership else None,
         "console_is_tenant_admin": bool(membership and membership.role == Membership.Role.ADMIN),
+        # Every cost the console shows is in this currency (billing_format.money).
+        "billing_currency": settings.BILLING_CURRENCY,
+        "chartjs_installed": _chartjs_installed(),
     }

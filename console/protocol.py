@@ -11,7 +11,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from inference.errors import APIError, InsufficientQuota
+from inference.errors import APIError, ContextLengthExceeded, InsufficientQuota
 from wire.events import TERMINAL_EVENTS, EventType
 
 # A message is one turn typed by a person; the tier's context cap bounds
@@ -64,12 +64,19 @@ def _int(frame: dict, name: str, *, optional: bool = False, minimum: int = 1) ->
     return value
 
 
+# What a person reads when a field of theirs is refused; other fields come
+# from the page's own code, so their errors name the field.
+_EMPTY = {"content": "Type a message first.", "model": "Pick a model first."}
+_TOO_LONG = {"content": "Your message is too long (max {max:,} characters)."}
+
+
 def _str(frame: dict, name: str, *, max_length: int) -> str:
     value = frame.get(name)
     if not isinstance(value, str) or not value.strip():
-        raise ProtocolError(f"'{name}' must be a non-empty string.")
+        raise ProtocolError(_EMPTY.get(name, f"'{name}' must be a non-empty string."))
     if len(value) > max_length:
-        raise ProtocolError(f"'{name}' is longer than {max_length} characters.")
+        message = _TOO_LONG.get(name, "'{name}' is longer than {max} characters.")
+        raise ProtocolError(message.format(name=name, max=max_length))
     return value
 
 
@@ -137,6 +144,42 @@ def error_frame(code: str, message: str, retry_after: float | None = None) -> di
     return {"type": "error", "code": code, "message": message, "retry_after": retry_after}
 
 
+# The API's messages are for programs ("... 1 in the completion"); the
+# console says the same in a person's words. Codes not here keep the API's.
+_USER_WORDS = {
+    "model_warming_up": "The model is warming up (it loads after the server starts).",
+    "no_worker_available": "No server is running this model right now. Try again later.",
+    "bus_unavailable": "The chat service is unreachable for a moment. Try again shortly.",
+    "server_draining": "The server is restarting. Send your message again in a moment.",
+    "queue_wait_exceeded": "The model is too busy to answer in time right now.",
+    "concurrency": "Your organization has too many replies in progress; wait for one to end.",
+    "requests": "Your organization has reached its limit of requests per minute.",
+    "tokens": "Your organization has reached its limit of tokens per minute.",
+    "insufficient_quota": "Your organization has used its monthly token quota.",
+}
+
+
+def user_message(exc: APIError) -> str:
+    """``exc``'s message in a person's words, for the console."""
+    if isinstance(exc, ContextLengthExceeded) and exc.limit is not None:
+        if (exc.prompt_tokens or 0) >= exc.limit:
+            return (
+                f"This conversation is too long for the model ({exc.prompt_tokens:,} tokens; "
+                f"it reads at most {exc.limit:,}). Start a new chat to go on."
+            )
+        return (
+            f"This conversation leaves the model no room to answer (it reads at most "
+            f"{exc.limit:,} tokens). Start a new chat to go on."
+        )
+    if exc.code == "rate_limit_exceeded":
+        key = "concurrency" if exc.message.startswith("Too many concurrent") else exc.type
+        return _USER_WORDS.get(key, exc.message)
+    if exc.code == "insufficient_quota" and "budget" in exc.message:
+        # The budget stop's message already speaks to people, with amounts.
+        return exc.message
+    return _USER_WORDS.get(exc.code or "", exc.message)
+
+
 def refusal_frame(exc: APIError, *, now: dt.datetime | None = None) -> dict[str, Any]:
     """An ``error`` frame for a refused request, saying when a retry can work."""
     retry_after = getattr(exc, "retry_after", None)
@@ -147,4 +190,4 @@ def refusal_frame(exc: APIError, *, now: dt.datetime | None = None) -> dict[str,
             day=1, hour=0, minute=0, second=0, microsecond=0
         )
         retry_after = (next_month - now).total_seconds()
-    return error_frame(exc.code or exc.type, exc.message, retry_after)
+    return error_frame(exc.code or exc.type, user_message(exc), retry_after)

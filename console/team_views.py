@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from console import selectors
 from console.access import tenant_admin
+from console.audit import audit_lines
 from console.forms import InvitationAcceptForm
 from console.views import form_errors
 from tenants.models import Invitation, Membership
@@ -67,7 +68,8 @@ def audit(request):
     ):
         raise PermissionDenied("The audit log is for tenant admins and platform staff.")
     tenant = None if request.user.is_staff else membership.tenant
-    context = {"entries": selectors.audit_entries(tenant=tenant), "scope": tenant}
+    entries = list(selectors.audit_entries(tenant=tenant))
+    context = {"entries": entries, "lines": audit_lines(entries), "scope": tenant}
     return render(request, "console/audit.html", context)
 
 

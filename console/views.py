@@ -144,7 +144,7 @@ def usage(request):
         "start": start,
         "end": end,
         "group_by": group_by,
-        "chart": usage_chart(rows, start=start, end=end),
+        "chart": {**usage_chart(rows, start=start, end=end), "currency": settings.BILLING_CURRENCY},
         "query": request.GET.urlencode(),
     }
     return render(request, "console/usage.html", context)

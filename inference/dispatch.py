@@ -42,12 +42,13 @@ from wire.events import (
 )
 from wire.requests import GenerationRequest
 from wire.tracing import traceparent_current, tracer
-from wire.workers import WorkerInfo
+from wire.workers import WorkerInfo, WorkerState
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "BusUnavailable",
+    "ModelWarmingUp",
     "NoWorkerAvailable",
     "cancel_request",
     "dispatch_request",
@@ -71,8 +72,9 @@ KV_NEARLY_FULL = 0.95
 # Prompt tokens hashed as the routing key when the caller gives none: about a
 # system prompt and a first message, the part a conversation's turns share.
 DEFAULT_KEY_TOKENS = 256
-# Seconds the first request waits for the embedded engine to load and warm.
-EMBEDDED_READY_TIMEOUT = 600.0
+# Seconds a client is told to wait (Retry-After) while the model's engine
+# loads and warms up: the demo model takes 10-20 s on a laptop's CPU.
+WARMING_RETRY_AFTER = 5
 
 
 class NoWorkerAvailable(RuntimeError):
@@ -81,6 +83,18 @@ class NoWorkerAvailable(RuntimeError):
     def __init__(self, model: str, reason: str | None = None):
         super().__init__(reason or f"No ready worker is serving model '{model}'")
         self.model = model
+
+
+class ModelWarmingUp(NoWorkerAvailable):
+    """The model's workers are still loading or warming up: retry shortly.
+
+    Answered at once (503 with Retry-After) rather than by holding the
+    request until a worker is ready, which looked like a hang.
+    """
+
+    def __init__(self, model: str):
+        super().__init__(model, f"The model '{model}' is warming up. Retry in a few seconds.")
+        self.retry_after = WARMING_RETRY_AFTER
 
 
 # worker_id -> [heartbeat_at seen, requests sent since, prompt tokens sent
@@ -117,8 +131,6 @@ class EmbeddedWorkerHandle(Protocol):
     ready: threading.Event
     error: BaseException | None
 
-    def wait_ready(self, timeout: float | None = None) -> bool: ...
-
 
 # Embedded mode: the process's set-up (config.apps) registers how to start
 # the in-process worker; the web apps never import the worker itself.
@@ -136,7 +148,7 @@ async def _ensure_embedded_ready() -> None:
         raise NoWorkerAvailable(settings.DEMO_MODEL_NAME, "No embedded engine in this process")
     worker = _embedded_starter()
     if not worker.ready.is_set():
-        await asyncio.to_thread(worker.wait_ready, EMBEDDED_READY_TIMEOUT)
+        raise ModelWarmingUp(settings.DEMO_MODEL_NAME)
     if worker.error is not None:
         raise NoWorkerAvailable(
             settings.DEMO_MODEL_NAME, f"The embedded engine failed to start: {worker.error}"
@@ -156,8 +168,9 @@ async def dispatch_request(
     without one, the first prompt tokens stand in for it.
     ``shadow_allowed``: the tenant opted in to shadow comparisons during
     rollouts (``Tenant.shadow_opt_in``); without it no copy is made. Raises
+    ModelWarmingUp while the model's workers load and warm up,
     NoWorkerAvailable when no ready worker serves the model and
-    BusUnavailable when Redis cannot be reached (both are 503s).
+    BusUnavailable when Redis cannot be reached (all are 503s).
     """
     attributes = {"llm.model": request.model, "llm.tier": request.tier}
     with tracer.start_as_current_span("dispatch", attributes=attributes) as span:
@@ -188,6 +201,8 @@ async def _dispatch(
         policy=Policy(settings.FLEET_ROUTING_POLICY),
     )
     if decision is None:
+        if any(w.model == request.model and w.state == WorkerState.WARMING for w in registry):
+            raise ModelWarmingUp(request.model)
         raise NoWorkerAvailable(request.model)
     worker = decision.worker
     logs.bind(worker=worker.worker_id)

@@ -63,8 +63,11 @@ class InvalidRequest(APIError):
 class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, *, limit: int | None = None, prompt_tokens: int | None = None):
         super().__init__(message, param="messages")
+        # For callers that word it for people (the console) rather than for code.
+        self.limit = limit
+        self.prompt_tokens = prompt_tokens
 
 
 class ContentPolicyViolation(InvalidRequest):
@@ -194,6 +197,13 @@ class ServiceUnavailable(APIError):
     type = "server_error"
     code = "service_unavailable"
     default_message = "The service is temporarily unavailable. Please retry shortly."
+
+    def __init__(self, message: str | None = None, *, retry_after: float | None = None, **kwargs):
+        super().__init__(message, **kwargs)
+        # Seconds until a retry can work, when known (Retry-After).
+        self.retry_after = retry_after
+        if retry_after is not None:
+            self.headers.setdefault("Retry-After", str(math.ceil(retry_after)))
 
 
 def error_payload(

@@ -112,6 +112,8 @@ def output_bound(
             f"This model's maximum context length is {limit} tokens. However, you "
             f"requested {prompt_tokens + max(max_tokens, 1)} tokens ({prompt_tokens} in the "
             f"messages, {max(max_tokens, 1)} in the completion). Please reduce the length "
-            "of the messages or completion."
+            "of the messages or completion.",
+            limit=limit,
+            prompt_tokens=prompt_tokens,
         )
     return max_tokens

@@ -34,7 +34,7 @@ from fleet.routing import conversation_routing_key
 from fleet.selectors import catalog_model_get
 from inference import drain, metrics
 from inference.admission import QueueWaitExceeded
-from inference.dispatch import NoWorkerAvailable, dispatch_request
+from inference.dispatch import ModelWarmingUp, NoWorkerAvailable, dispatch_request
 from inference.errors import (
     APIError,
     ModelNotFound,
@@ -208,6 +208,10 @@ async def _dispatch(
         worker = await dispatch_request(
             generation, routing_key=routing_key, shadow_allowed=tenant.shadow_opt_in
         )
+    except ModelWarmingUp as exc:
+        raise ServiceUnavailable(
+            str(exc), code="model_warming_up", retry_after=exc.retry_after
+        ) from exc
     except NoWorkerAvailable as exc:
         raise ServiceUnavailable(str(exc), code="no_worker_available") from exc
     except BusUnavailable as exc:

@@ -246,12 +246,29 @@ def invitation_create(
     """A new invitation and its raw token (only its hash is stored).
 
     Says nothing about whether an account with that email exists: joining
-    always creates a new account, so there is nothing to look up.
+    always creates a new account, so there is nothing to look up. Refuses
+    (ValidationError on ``email``) an address the tenant has already
+    invited and whose invitation is still pending: a second live link to
+    the same seat helps nobody; withdraw the first to send another.
     """
+    email = email.strip()
+    # Serializes two admins inviting the same address at the same moment.
+    Tenant.objects.select_for_update().filter(pk=tenant.pk).exists()
+    pending = Invitation.objects.filter(
+        tenant=tenant,
+        email__iexact=email,
+        accepted_at=None,
+        revoked_at=None,
+        expires_at__gt=timezone.now(),
+    )
+    if pending.exists():
+        raise ValidationError(
+            {"email": f"{email} already has a pending invitation. Withdraw it to send a new one."}
+        )
     token = secrets.token_urlsafe(32)
     invitation = Invitation(
         tenant=tenant,
-        email=email.strip(),
+        email=email,
         role=role,
         token_hash=hash_api_key(token),
         invited_by=invited_by,

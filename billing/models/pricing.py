@@ -41,7 +41,8 @@ class Price(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.model} / {self.tier_id} from {self.effective_from}"
+        # The tier by name: this is what the audit log keeps of a price.
+        return f"{self.model} on {self.tier} from {self.effective_from}"
 
     def cost(self, *, prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> Decimal:
         """The exact (unrounded) cost of these token counts at this price."""

@@ -99,7 +99,7 @@ class EngineConfig:
     # same bits whatever the prefix-cache state, chunking and the rest of
     # the batch (on this machine, dtype and thread count). Costs throughput
     # (bench/deterministic.py); requests can also ask for it one at a time
-    # (SamplingParams.deterministic). README, "Determinism".
+    # (SamplingParams.deterministic). docs/engine.md, "Determinism".
     deterministic: bool = False
     # Speculative decoding (engine/spec/): "ngram" drafts by prompt lookup
     # (the last prompt_lookup_max..min tokens found earlier in the
@@ -119,7 +119,7 @@ class EngineConfig:
     # costs: a draft is verified only while its chance of acceptance beats
     # the step's outputs per row-cost (spec/speculator.py). CPU, this
     # demo model, 2 threads: a decode step of 24..64 rows took about
-    # 11 ms + 1.2..1.4 ms per row (README, "Speculative decoding"). A GPU
+    # 11 ms + 1.2..1.4 ms per row (docs/engine.md, "Speculative decoding"). A GPU
     # decode step is mostly weight reads: raise it there.
     speculative_fixed_cost_rows: float = 10.0
     # A sequence whose recent acceptance rate falls below this pauses

@@ -74,7 +74,7 @@ class SamplingParams:
     # many alternatives each; None: off.
     prompt_logprobs: int | None = None
     # Batch-invariant steps for this request: the same tokens and logprobs,
-    # bit for bit, whatever the prefix cache, chunking and batch (README,
+    # bit for bit, whatever the prefix cache, chunking and batch (docs/engine.md,
     # "Determinism"); every step it shares runs slower.
     deterministic: bool = False
     # Grammar-constrained output, plain JSON as the wire carries it:

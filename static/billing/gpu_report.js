@@ -1,5 +1,11 @@
 // GPU cost report charts: cost per 1M useful tokens and idle share, per model and day.
 (function () {
+  if (typeof Chart === "undefined") {
+    // No Chart.js (npm was missing at set-up): say so instead of blank cards.
+    document.querySelector(".charts").hidden = true;
+    document.getElementById("charts-missing").hidden = false;
+    return;
+  }
   const data = JSON.parse(document.getElementById("gpu-chart-data").textContent);
   const models = [...new Set(data.rows.map((r) => r.model))];
   function series(field) {

@@ -22,9 +22,10 @@
     retries: 0,
     // The reply being streamed: {responseId, lastSeq, el, pendingText}.
     live: null,
-    // A request sent but not yet started or refused: {el, userEl, content}.
+    // A request sent but not yet started or refused: {el, userEl, content, frame}.
     pending: null,
     retryTimer: null,
+    warmingTimer: null,
   };
   // For tests and debugging: every frame received, in order.
   window.consoleChat = { frames: [], state };
@@ -183,6 +184,18 @@
         break;
       }
       case "error": {
+        if (frame.code === "model_warming_up" && state.pending && state.pending.frame) {
+          // The server has just started and its model is still loading:
+          // keep the message and send it again when the server says to.
+          const pending = state.pending;
+          const wait = Math.max(1, Math.ceil(frame.retry_after || 5));
+          setMeta(pending.el, "The model is warming up; sending again in " + wait + " s…", "warn");
+          clearTimeout(state.warmingTimer);
+          state.warmingTimer = setTimeout(() => {
+            if (state.pending === pending) send(pending.frame);
+          }, wait * 1000);
+          break;
+        }
         if (state.pending) {
           // Refused before anything started: nothing was saved, so put the
           // text back for a retry.
@@ -268,7 +281,7 @@
     const userEl = bubble("user", content);
     const el = bubble("assistant", "", "pending");
     setMeta(el, "waiting for a worker…");
-    state.pending = { el, userEl, content };
+    state.pending = { el, userEl, content, frame };
     prompt.value = "";
     busy(true);
   });
@@ -287,7 +300,8 @@
   regenerateButton.addEventListener("click", () => {
     if (state.live || state.pending || state.conversationId === null) return;
     clearError();
-    if (!send({ type: "chat.regenerate", conversation_id: state.conversationId })) return;
+    const frame = { type: "chat.regenerate", conversation_id: state.conversationId };
+    if (!send(frame)) return;
     const replies = transcript.querySelectorAll('.msg[data-role="assistant"]');
     const last = replies[replies.length - 1];
     const lastMessage = transcript.lastElementChild;
@@ -296,7 +310,7 @@
     if (replaced) replaced.hidden = true;
     const el = bubble("assistant", "", "pending");
     setMeta(el, "waiting for a worker…");
-    state.pending = { el, userEl: null, content: "", replaced };
+    state.pending = { el, userEl: null, content: "", replaced, frame };
     busy(true);
   });
 

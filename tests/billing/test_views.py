@@ -26,15 +26,25 @@ def staff(client, django_user_model):
     return client
 
 
-@pytest.fixture
-def sampled_day(tenant_factory, record_factory):
+def sample(model: str, *, busy: float, idle: float, hourly_price: str) -> None:
+    """One GPU usage sample of a worker of ``model`` on DAY."""
     worker = WorkerInfo(
-        worker_id="w1",
-        model="m1",
+        worker_id=f"w-{model}",
+        model=model,
         state=WorkerState.READY,
-        extra={"boot_id": "b", "busy_seconds": 2700.0, "idle_seconds": 900.0, "hourly_price": "4"},
+        extra={
+            "boot_id": "b",
+            "busy_seconds": busy,
+            "idle_seconds": idle,
+            "hourly_price": hourly_price,
+        },
     )
     gpu_usage_sample(workers=[worker], now=datetime(2025, 6, 1, 9, tzinfo=UTC))
+
+
+@pytest.fixture
+def sampled_day(tenant_factory, record_factory):
+    sample("m1", busy=2700.0, idle=900.0, hourly_price="4")
     record_factory(tenant_factory(), DAY, 300_000, 0, 700_000, model="m1")
 
 
@@ -152,3 +162,32 @@ def test_long_ranges_are_offered_as_a_background_run(staff):
     body = response.content.decode()
     assert "181 days is more than 31" in body
     assert 'id="gpu-chart-data"' not in body and "chart.umd.js" not in body
+
+
+def test_costs_carry_the_currency_and_small_costs_are_not_zero(staff, sampled_day, settings):
+    settings.BILLING_CURRENCY = "EUR"
+    page = staff.get(
+        reverse("billing:gpu_report"), {"start": "2025-06-01", "end": "2025-06-02"}
+    ).content.decode()
+    assert "4.00 EUR" in page
+    assert 'id="no-samples"' not in page and 'id="no-price"' not in page
+
+
+def test_an_unsampled_report_says_why_it_has_no_charts(staff, tenant_factory, record_factory):
+    """Usage but no GPU samples (plain bin/run has no Celery beat): no blank
+    charts, a note naming the cause instead."""
+    record_factory(tenant_factory(), DAY, 1_000, 0, 2_000, model="m1")
+    page = staff.get(
+        reverse("billing:gpu_report"), {"start": "2025-06-01", "end": "2025-06-01"}
+    ).content.decode()
+    assert 'id="no-samples"' in page and "bin/run --topology" in page
+    assert 'id="cpm-chart"' not in page and "vendor/chart.umd.js" not in page
+
+
+def test_a_report_of_unpriced_workers_says_so(staff):
+    sample("m0", busy=60.0, idle=60.0, hourly_price="0")
+    page = staff.get(
+        reverse("billing:gpu_report"), {"start": "2025-06-01", "end": "2025-06-01"}
+    ).content.decode()
+    assert 'id="no-price"' in page and "WORKER_HOURLY_PRICE" in page
+    assert 'id="cpm-chart"' in page

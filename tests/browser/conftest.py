@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,10 +60,14 @@ def console_site(topology, django_db_blocker) -> Console:  # noqa: F811
         get_user_model().objects.filter(username=username).delete()
 
 
-@pytest.fixture(scope="module")
-def chromium(console_site):
-    # After console_site: Playwright's sync API runs an event loop in this
-    # thread, and Django refuses database calls while one is running.
+@contextmanager
+def launched_chromium():
+    """Debian's headless Chromium under Playwright, for as long as the block runs.
+
+    Start it after any fixture that writes to the database: Playwright's
+    sync API runs an event loop in this thread, and Django refuses database
+    calls while one is running.
+    """
     if not Path(CHROMIUM).exists() or shutil.which(CHROMIUM) is None:
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
     from playwright.sync_api import sync_playwright
@@ -72,17 +77,26 @@ def chromium(console_site):
     # shares a connection with that loop.
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
-        )
+    try:
+        with sync_playwright() as playwright:
+            # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
+            )
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture(scope="module")
+def chromium(console_site):
+    # After console_site: see launched_chromium.
+    with launched_chromium() as browser:
         yield browser
-        browser.close()
-    if previous is None:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    else:
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 @pytest.fixture(scope="module")

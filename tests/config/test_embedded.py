@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from config import embedded as embedded_setup
 from gpuworkers import embedded
-from inference.dispatch import dispatch_request, stream_events
+from inference.dispatch import ModelWarmingUp, dispatch_request, stream_events
 from tests.gpuworkers.buses import uid
 from wire.bus import get_bus, reset_buses
 from wire.requests import GenerationRequest
@@ -27,7 +29,9 @@ def embedded_settings(settings):
 @pytest.mark.slow
 @pytest.mark.asyncio
 async def test_first_dispatch_starts_the_embedded_engine_once(embedded_settings):
-    """dispatch_request loads and warms the demo model in a thread, then reuses it."""
+    """The first dispatch_request starts loading and warming the demo model in a
+    thread and is told at once that it is warming up; once ready, it serves and
+    is reused."""
     from gpuworkers.engine.convert_gguf import ensure_demo_model
     from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
 
@@ -35,6 +39,13 @@ async def test_first_dispatch_starts_the_embedded_engine_once(embedded_settings)
     prompt = apply_chat_template(tokenizer, [{"role": "user", "content": "Hi!"}])
     model = embedded_settings.DEMO_MODEL_NAME
     finished = []
+    with pytest.raises(ModelWarmingUp):
+        await dispatch_request(
+            GenerationRequest(
+                response_id=uid("resp"), model=model, prompt_token_ids=prompt, sampling={}
+            )
+        )
+    assert await asyncio.to_thread(embedded.current().wait_ready, 600)
     for _ in range(2):
         request = GenerationRequest(
             response_id=uid("resp"),

@@ -1,6 +1,7 @@
 """The audit log: an entry for each key, member, role, tier, price, budget and
 deployment change, with its actor; staff read all, tenant admins their own."""
 
+import re
 from datetime import date
 from decimal import Decimal
 
@@ -141,3 +142,44 @@ def test_a_tenant_admin_sets_the_shadow_opt_in_and_it_is_logged(client, admin):
     assert not tenant.shadow_opt_in
     changes = [e.changes_dict.get("shadow_opt_in") for e in entries(Tenant, tenant.pk)]
     assert ["False", "True"] in changes and ["True", "False"] in changes
+
+
+def test_the_audit_page_reads_as_sentences_with_names(client, admin, tiers):
+    """Each entry is a sentence with the actor; changes name fields and related
+    rows (the tier by name, not its id), skip fields left empty and reverse
+    relations (no "None → None" rows), and no time carries microseconds."""
+    tenant = admin.membership.tenant
+    client.force_login(admin)
+    client.post("/api-keys/", {"name": "audited"})
+    key = ApiKey.objects.get(name="audited")
+    with set_actor(admin):
+        tenant_set_tier(tenant=tenant, tier_name="enterprise")
+
+    page = client.get("/audit/")
+    lines = page.context["lines"]
+    created = next(line for line in lines if line.model == "apikey")
+    assert created.sentence == f"{admin.username} created the API key “{key}”"
+    assert "name: audited" in created.changes
+    assert not any(change.startswith(("id:", "created at:")) for change in created.changes)
+    tier_change = next(
+        line for line in lines if line.model == "tenant" and line.action == "changed"
+    )
+    old_tier = Tier.objects.get(name="pro").display_name
+    new_tier = Tier.objects.get(name="enterprise").display_name
+    assert tier_change.changes == [f"tier: {old_tier} → {new_tier}"]
+    table = page.content.decode().split('<table id="audit">')[1]
+    assert "None" not in table and "→ —" not in table
+    assert not re.search(r"\d\d:\d\d:\d\d\.\d", table)
+
+
+def test_the_admin_words_entries_as_the_console_does(client, admin_user, tiers):
+    with set_actor(admin_user):
+        tier = Tier.objects.get(name="free")
+        tier.rpm = 22
+        tier.save()
+    client.force_login(admin_user)
+    listing = client.get("/admin/auditlog/logentry/").content.decode()
+    assert f"{admin_user.username} changed the tier “{tier}”" in listing
+    entry = entries(Tier, tier.pk).get(action=LogEntry.Action.UPDATE)
+    detail = client.get(f"/admin/auditlog/logentry/{entry.pk}/change/").content.decode()
+    assert "<li>" in detail and " → 22</li>" in detail

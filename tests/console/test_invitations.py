@@ -51,6 +51,33 @@ def test_an_invitation_is_emailed_and_accepted_once(client, admin, django_user_m
     assert not django_user_model.objects.filter(username="other").exists()
 
 
+def test_a_pending_invitation_is_not_sent_twice(client, admin, settings):
+    """The same address (in any case) while its invitation is pending: refused,
+    nothing emailed; once withdrawn it can be invited again. The sender is the
+    DEFAULT_FROM_EMAIL setting."""
+    settings.DEFAULT_FROM_EMAIL = "Acme AI <team@acme.example>"
+    client.force_login(admin)
+    invite(client, "twice@example.com")
+    again = invite(client, "Twice@Example.com")
+    assert again.context["invite_form"].errors["email"] == [
+        "Twice@Example.com already has a pending invitation. Withdraw it to send a new one."
+    ]
+    pending = Invitation.objects.filter(
+        tenant=admin.membership.tenant, email__iexact="twice@example.com"
+    )
+    assert pending.count() == 1 and len(mail.outbox) == 1
+    assert mail.outbox[0].from_email == "Acme AI <team@acme.example>"
+    client.post(f"/team/invitations/{pending.get().pk}/revoke/")
+    invite(client, "twice@example.com")
+    assert pending.count() == 2 and len(mail.outbox) == 2
+
+
+def test_the_default_sender_is_no_billing_address():
+    from config import settings as project_settings
+
+    assert "billing" not in project_settings.DEFAULT_FROM_EMAIL
+
+
 def test_inviting_says_the_same_whoever_owns_the_address(client, admin, user_factory):
     """An address of an existing account (another tenant's user) and an unknown
     one get the same answer, and neither account is touched."""

@@ -2,9 +2,11 @@
 
 import csv
 import io
+import re
 import uuid
 
 import pytest
+from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
@@ -162,6 +164,10 @@ def test_usage_page_and_csv(client, member, api_key_factory):
     assert {d["label"] for d in chart["tokens"]} == {"Console", str(key)}
     assert sum(sum(d["data"]) for d in chart["tokens"]) == 27 + 25
     assert b"vendor/chart.umd.js" in page.content
+    # Every cost with its currency; unpriced usage reads 0.00, not 0.0000.
+    assert chart["currency"] == settings.BILLING_CURRENCY
+    cells = re.findall(r'<td class="num">([^<]*)</td></tr>', page.content.decode())
+    assert cells and all(c.endswith(" " + settings.BILLING_CURRENCY) for c in cells)
 
     export = client.get("/usage/export.csv?days=7&by=model")
     assert export["Content-Type"] == "text/csv"

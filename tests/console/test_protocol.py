@@ -12,7 +12,14 @@ from console.protocol import (
     parse_command,
     refusal_frame,
 )
-from inference.errors import InsufficientQuota, RateLimited
+from inference.errors import (
+    ContextLengthExceeded,
+    InsufficientQuota,
+    RateLimited,
+    ServiceUnavailable,
+    rate_limit_error,
+)
+from tenants.ratelimit.base import Decision
 
 
 def test_send_and_resume_are_parsed():
@@ -69,3 +76,36 @@ def test_refusals_say_when_to_retry():
     quota = refusal_frame(InsufficientQuota(), now=now)
     assert quota["code"] == "insufficient_quota"
     assert quota["retry_after"] == 12 * 3600
+
+
+def test_refused_fields_are_worded_for_people():
+    """The composer's own fields say what to do, not which JSON key failed."""
+    too_long = {"type": "chat.send", "conversation_id": None, "content": "x" * 32_001, "model": "m"}
+    with pytest.raises(
+        ProtocolError, match=r"^Your message is too long \(max 32,000 characters\)\.$"
+    ):
+        parse_command(too_long)
+    with pytest.raises(ProtocolError, match="^Type a message first.$"):
+        parse_command({**too_long, "content": "  "})
+
+
+def test_refusals_are_worded_for_people():
+    """The API's wording for programs ("1 in the completion", RPM counters)
+    becomes a sentence a person can act on; warming up says when to retry."""
+    long_chat = ContextLengthExceeded("API wording", limit=8192, prompt_tokens=9000)
+    message = refusal_frame(long_chat)["message"]
+    assert message == (
+        "This conversation is too long for the model (9,000 tokens; it reads at most 8,192). "
+        "Start a new chat to go on."
+    )
+    full = refusal_frame(ContextLengthExceeded("API wording", limit=8192, prompt_tokens=8191))
+    assert "no room to answer" in full["message"] and "completion" not in full["message"]
+    warming = refusal_frame(
+        ServiceUnavailable("API wording", code="model_warming_up", retry_after=5)
+    )
+    assert (warming["code"], warming["retry_after"]) == ("model_warming_up", 5)
+    assert warming["message"].startswith("The model is warming up")
+    decision = Decision("tokens", 3000, 10, 5, 60_000, 100, 0, 60_000)
+    tokens = refusal_frame(rate_limit_error(decision, tokens=50))
+    assert tokens["message"] == "Your organization has reached its limit of tokens per minute."
+    assert tokens["retry_after"] == 3.0

@@ -38,12 +38,14 @@ START_TIMEOUT = 300
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def wait_ready(base: str, proc: subprocess.Popen, log: Path) -> None:
+def wait_ready(
+    base: str, proc: subprocess.Popen, log: Path, timeout: float = START_TIMEOUT
+) -> None:
     """Until the web's /readyz says a worker serves every model."""
-    deadline = time.monotonic() + START_TIMEOUT
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"bin/run --topology exited:\n{log.read_text()[-6000:]}")
+            pytest.fail(f"{' '.join(proc.args)} exited:\n{log.read_text()[-6000:]}")
         try:
             with urllib.request.urlopen(f"{base}/readyz", timeout=3) as response:
                 if response.status == 200:

@@ -90,6 +90,22 @@ def wait_for_http(base_url: str, procs: Processes, timeout: float = START_TIMEOU
     pytest.fail(f"Daphne never answered:\n{procs.output()}")
 
 
+def wait_for_ready(base: str, procs: Processes, timeout: float = START_TIMEOUT) -> None:
+    """Until GET /readyz answers 200: every served model has a ready worker."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p, _ in procs.procs):
+            pytest.fail(f"a process exited during start-up:\n{procs.output()}")
+        try:
+            with urllib.request.urlopen(f"{base}/readyz", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"never ready:\n{procs.output()}")
+
+
 def wait_for_worker(worker_id: str, procs: Processes, timeout: float = START_TIMEOUT) -> None:
     from wire.bus.redis_bus import RedisBus
 
@@ -199,6 +215,9 @@ def embedded(tmp_path_factory):
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
         wait_for_http(base_url, procs)
+        # Until the engine thread has loaded and warmed up, requests get 503
+        # model_warming_up: start the tests once /readyz says ready.
+        wait_for_ready(base_url.removesuffix("/v1"), procs)
         yield Embedded(base_url, key, sqlite_path, procs)
     finally:
         procs.stop()

@@ -12,7 +12,13 @@ import time
 
 import pytest
 
-from inference.dispatch import NoWorkerAvailable, cancel_request, dispatch_request, stream_events
+from inference.dispatch import (
+    ModelWarmingUp,
+    NoWorkerAvailable,
+    cancel_request,
+    dispatch_request,
+    stream_events,
+)
 from tests.gpuworkers.buses import BUS_KINDS, UNREACHABLE_REDIS_URL, make_buses, uid
 from wire.bus import BusUnavailable
 from wire.bus.redis_bus import RedisBus
@@ -78,14 +84,17 @@ async def test_a_burst_between_heartbeats_spreads_over_workers(kind, settings):
 
 @pytest.mark.parametrize("kind", BUS_KINDS)
 async def test_no_ready_worker_for_the_model_raises(kind):
-    """Only warming workers, or none at all: NoWorkerAvailable (503)."""
+    """No worker at all: NoWorkerAvailable; only warming ones: ModelWarmingUp,
+    which says so and when to retry (both are 503s)."""
     bus, worker_bus = make_buses(kind)
     model = uid("model")
-    with pytest.raises(NoWorkerAvailable):
+    with pytest.raises(NoWorkerAvailable) as none:
         await dispatch_request(_request(model), bus=bus)
+    assert not isinstance(none.value, ModelWarmingUp)
     worker_bus.register(_worker(model, S.WARMING))
-    with pytest.raises(NoWorkerAvailable, match=model):
+    with pytest.raises(ModelWarmingUp, match=f"'{model}' is warming up") as warming:
         await dispatch_request(_request(model), bus=bus)
+    assert warming.value.retry_after > 0
     await bus.close()
 
 

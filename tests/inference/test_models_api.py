@@ -1,8 +1,11 @@
 """The model catalog per tier, tenant isolation, and the OpenAPI docs."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
+from django.contrib.staticfiles import finders
 
 from billing.selectors import usage_get, usage_list
 from billing.services import usage_record_create
@@ -123,6 +126,18 @@ def test_openapi_schema_and_docs_are_served(client):
     assert any(s.get("scheme") == "bearer" for s in spec["components"]["securitySchemes"].values())
     docs = client.get("/v1/docs")
     assert docs.status_code == 200 and b"openapi.json" in docs.content
+
+
+def test_swagger_ui_is_served_from_static_not_a_cdn(client):
+    """/v1/docs works offline: its script and styles are this site's static files."""
+    body = client.get("/v1/docs").content.decode()
+    assert "cdn." not in body and "unpkg" not in body
+    assets = re.findall(r'(?:src|href)="(/static/ninja/[^"]+)"', body)
+    assert {"/static/ninja/swagger-ui-bundle.js", "/static/ninja/swagger-ui.css"} <= set(assets)
+    for asset in assets:
+        # What config.asgi serves (and collectstatic collects) under /static/.
+        path = finders.find(asset.removeprefix("/static/"))
+        assert path and Path(path).stat().st_size > 1000, asset
 
 
 def test_model_entries_carry_context_length_and_features(client, api_key_factory, catalog):

@@ -5,7 +5,7 @@ Local mode only (``DJANGO_ENV=local``): a known superuser password has no
 place on a deployed site.
 Idempotent: a second run keeps the tenant and user and prints no new key
 unless ``--new-key`` is given. The key is shown once and also written to
-``.cache/demo-api-key`` (git-ignored) for the README's curl example.
+``.cache/demo-api-key`` (git-ignored) for the README's quickstarts.
 """
 
 import os

@@ -8,8 +8,8 @@
 - ``matcher.py``: ``GrammarState``, one choice's position in its grammar,
   and the batched bitmask fill the sampler applies.
 
-Why llguidance (not xgrammar): ``bench/structured_output.py`` and the
-README's "Structured output" section.
+Why llguidance (not xgrammar): ``bench/structured_output.py`` and
+docs/benchmarks.md, "Structured output".
 """
 
 from gpuworkers.engine.structured.compiler import CompiledGrammar, GrammarCompiler

@@ -67,7 +67,7 @@ def make_engine(fp32_model, tokenizer, demo_dir):
 @pytest.fixture(scope="module")
 def library():
     lib = cpu_library()
-    # gcc is on every machine kind this project runs on (see README); a
+    # gcc is on every machine kind this project runs on (docs/engine.md); a
     # missing compiler here is a set-up fault worth failing on, not skipping.
     assert lib is not None, "the CPU decode kernel did not build"
     return lib

@@ -2,8 +2,8 @@
 
 Marked gpu: bin/test deselects these, and they skip themselves on a host
 without CUDA or without the optional ``flashinfer`` package. No session of
-this project has had a GPU to run them on yet (see the README's engine
-section); they are the check a GPU session runs first.
+this project has had a GPU to run them on yet (docs/benchmarks.md, "GPU
+check, prepared"); they are the check a GPU session runs first.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
+from config import embedded as embedded_setup
 from gpuworkers import embedded
 from inference.relay import drain_background
 from tests.inference.asgi_client import sdk_client
@@ -207,6 +208,8 @@ def real_engine(settings, demo_model):
     settings.EMBEDDED_ENGINE = True
     settings.ENGINE_KV_CACHE_MB = 32
     reset_buses()
+    # Requests are refused (model_warming_up) until the engine is ready.
+    assert embedded_setup.start().wait_ready(600)
     yield
     embedded.stop()
     reset_buses()
