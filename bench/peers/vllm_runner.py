@@ -165,6 +165,7 @@ def main() -> None:
     warm_up(adapter, workload, salt="load")
 
     sched = engine.vllm_config.scheduler_config
+    compile_config = engine.vllm_config.compilation_config
     result: dict = {
         "peer": PEER,
         "version": vllm.__version__,
@@ -174,6 +175,10 @@ def main() -> None:
         "mode": mode,
         "settings": {
             "enforce_eager": eager,
+            # What "compiled" means on its CPU build: torch.compile traced
+            # once with the inductor backend (vllm/platforms/cpu.py).
+            "compilation_mode": str(compile_config.mode),
+            "compilation_backend": compile_config.backend,
             "speculative_config": speculative,
             "ld_preload": [p for p in os.environ.get("LD_PRELOAD", "").split(":") if p],
             "tcmalloc": "tcmalloc" in os.environ.get("LD_PRELOAD", ""),
