@@ -121,8 +121,7 @@ def vllm_candidates(suite: Suite, args: argparse.Namespace) -> list[str]:
     """The vLLM modes tried on ``suite``, the default mode last."""
     if args.vllm_mode != "best":
         return [args.vllm_mode]
-    modes = ["eager", *(["compiled+ngram"] if suite.drafts_from_prompt else []), "compiled"]
-    return modes
+    return ["eager", *(["compiled+ngram"] if suite.drafts_from_prompt else []), "compiled"]
 
 
 class Workloads:
