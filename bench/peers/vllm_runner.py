@@ -177,7 +177,7 @@ def main() -> None:
             "enforce_eager": eager,
             # What "compiled" means on its CPU build: torch.compile traced
             # once with the inductor backend (vllm/platforms/cpu.py).
-            "compilation_mode": str(compile_config.mode),
+            "compilation_mode": getattr(compile_config.mode, "name", str(compile_config.mode)),
             "compilation_backend": compile_config.backend,
             "speculative_config": speculative,
             "ld_preload": [p for p in os.environ.get("LD_PRELOAD", "").split(":") if p],
