@@ -1,9 +1,15 @@
-"""Seeded workloads for bench/engine.py, written once and read by every peer.
+"""Seeded workloads for bench/engine.py and bench/pairs.py, read by every peer.
 
-Prompts are random token ids from the model's vocabulary with every special
-or added token left out: the figures measured here are throughput and
-latency, which do not depend on what the tokens say, and token ids make the
-prompts identical for all peers without any tokenizer round trip.
+Prompts are token ids, so that they are identical for all peers without
+any tokenizer round trip. Two kinds:
+
+- random token ids from the model's vocabulary with every special or added
+  token left out (``build_workload``): throughput and latency at a given
+  shape, where what the tokens say does not matter. Their greedy output
+  loops, which flatters prompt-lookup speculation: not a headline workload.
+- real text through the model's chat template (``build_chat_workload``,
+  ``build_edit_workload``): user messages from bench/data/ (sources and
+  licences in bench/data/README.md), usually sampled at temperature 0.8.
 
 Two workloads (issue 2):
 
@@ -24,8 +30,13 @@ import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+DATA = Path(__file__).with_name("data")
 # Passages of 240..290 tokens for the repetition-heavy suite, one per line.
-EDIT_PASSAGES = Path(__file__).with_name("data") / "edit_passages.txt"
+EDIT_PASSAGES = DATA / "edit_passages.txt"
+# Passages of Jane Austen's novels of 150..260 words, one per line.
+AUSTEN_EDIT_PASSAGES = DATA / "edit_passages_austen.txt"
+# Real-text chat user messages, one JSON object ({"source", "message"}) per line.
+CHAT_PROMPTS = DATA / "chat_prompts.jsonl"
 EDIT_INSTRUCTION = "Copy the following text exactly, correcting its spelling mistakes:\n\n"
 
 
@@ -53,6 +64,10 @@ class Workload:
     system_prompt: list[int] = field(default_factory=list)
     conversations: list[Conversation] = field(default_factory=list)
     turn_max_tokens: int = 64
+    # Every request's sampling: 0.0 is greedy. Always with ignore_eos, so
+    # every peer makes the same number of tokens.
+    temperature: float = 0.0
+    top_p: float = 1.0
 
     def to_json(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -67,6 +82,8 @@ class Workload:
             system_prompt=raw["system_prompt"],
             conversations=[Conversation(**c) for c in raw["conversations"]],
             turn_max_tokens=raw["turn_max_tokens"],
+            temperature=raw.get("temperature", 0.0),
+            top_p=raw.get("top_p", 1.0),
         )
 
 
@@ -163,17 +180,78 @@ def repetition_prompt(tokenizer) -> list[int]:
     return apply_chat_template(tokenizer, [{"role": "user", "content": message}])
 
 
-def build_edit_workload(tokenizer, shape: WorkloadShape, *, vocab_size: int, seed: int) -> Workload:
-    """The repetition-heavy workload: each request asks the model to copy
-    one passage of ``EDIT_PASSAGES`` with a few misspellings fixed, the
-    kind of reply prompt-lookup drafting (engine/spec/) is for. Real text
-    through the model's chat template, so unlike the random prompts of
-    ``build_workload`` the prompt's wording matters; outputs are still
-    ``shape``'s lengths, greedy with ``ignore_eos``."""
+class PromptPool:
+    """Items drawn without replacement in a seeded order: every round of a
+    run gets fresh prompts until the pool runs out, then a new shuffle."""
+
+    def __init__(self, items: list, *, seed: int) -> None:
+        self.items = list(items)
+        self.rng = random.Random(seed)
+        self.order: list = []
+
+    def take(self, count: int) -> list:
+        out = []
+        while len(out) < count:
+            if not self.order:
+                self.order = list(self.items)
+                self.rng.shuffle(self.order)
+            out.append(self.order.pop())
+        return out
+
+
+def chat_messages() -> list[str]:
+    """The real-text chat user messages shipped in ``CHAT_PROMPTS``."""
+    lines = CHAT_PROMPTS.read_text().splitlines()
+    return [json.loads(line)["message"] for line in lines if line.strip()]
+
+
+def edit_passages(*paths: Path) -> list[str]:
+    """Passages for the copy-edit suites, one per line of each file."""
+    return [line.strip() for p in paths for line in p.read_text().splitlines() if line.strip()]
+
+
+def build_chat_workload(
+    tokenizer, messages: list[str], shape: WorkloadShape, *, vocab_size: int, seed: int
+) -> Workload:
+    """One user message per request through the model's chat template;
+    output lengths uniform in ``shape``'s [out_min, out_max] (the prompt
+    lengths are the messages' own)."""
     from gpuworkers.engine.tokenizer import apply_chat_template
 
     rng = random.Random(seed)
-    passages = [line.strip() for line in EDIT_PASSAGES.read_text().splitlines() if line.strip()]
+    offline = [
+        OfflineRequest(
+            request_id=f"chat-{i}",
+            prompt_token_ids=apply_chat_template(
+                tokenizer, [{"role": "user", "content": message}]
+            ),
+            max_tokens=rng.randint(shape.out_min, shape.out_max),
+        )
+        for i, message in enumerate(messages)
+    ]
+    return Workload(seed=seed, vocab_size=vocab_size, offline=offline)
+
+
+def build_edit_workload(
+    tokenizer,
+    shape: WorkloadShape,
+    *,
+    vocab_size: int,
+    seed: int,
+    passages: list[str] | None = None,
+) -> Workload:
+    """The repetition-heavy workload: each request asks the model to copy
+    one passage (``passages``, by default those of ``EDIT_PASSAGES``, in
+    turn) with a few misspellings fixed, the kind of reply prompt-lookup
+    drafting (engine/spec/) is for. Real text through the model's chat
+    template, so unlike the random prompts of ``build_workload`` the
+    prompt's wording matters; outputs are ``shape``'s lengths, with
+    ``ignore_eos``."""
+    from gpuworkers.engine.tokenizer import apply_chat_template
+
+    rng = random.Random(seed)
+    if passages is None:
+        passages = edit_passages(EDIT_PASSAGES)
     offline = []
     for i in range(shape.num_requests):
         message = EDIT_INSTRUCTION + misspell(passages[i % len(passages)], rng)

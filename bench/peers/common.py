@@ -6,8 +6,16 @@ virtualenv, which has neither this project's packages nor its pins.
 Every step-driven peer (this engine, vLLM's LLMEngine) is wrapped in a
 ``StepAdapter`` and driven by the same loop, so both are timed the same way:
 a token's time is when ``step()`` returned it, TTFT runs from ``add_request``
-to the first token, inter-token latency is the gap between a request's
-consecutive tokens.
+to the first token, and TPOT (time per output token, vLLM's benchmark
+definition) is a request's time from its first token to its last divided
+by its other tokens. The inter-token latency (the gap between consecutive
+tokens) is kept too, but a step that returns several tokens of one
+request (speculation) gives gaps of 0, so it is no figure to compare.
+
+A runner started with ``--serve`` loads its model once and then runs one
+timed round per command line on stdin (``serve``); bench/pairs.py keeps
+such processes for a whole run instead of paying vLLM's compile warm-up
+for every round.
 """
 
 from __future__ import annotations
@@ -45,6 +53,10 @@ def runner_args(description: str) -> argparse.Namespace:
     parser.add_argument("--engine-options", default="{}")
     # vLLM runner: its compiled mode (torch.compile and CPU graphs) instead of eager.
     parser.add_argument("--vllm-compiled", type=int, default=0)
+    # vLLM runner: "ngram" turns its prompt-lookup speculative decoding on.
+    parser.add_argument("--vllm-speculative", default="")
+    # Load once, then one round per command on stdin (see ``serve``).
+    parser.add_argument("--serve", action="store_true")
     return parser.parse_args()
 
 
@@ -89,8 +101,21 @@ class StepEvent:
     num_cached_tokens: int | None = None
 
 
+@dataclass(slots=True, frozen=True)
+class Sampling:
+    """What every request of a workload samples with (0.0: greedy)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+
+
+GREEDY = Sampling()
+
+
 class StepAdapter(Protocol):
-    def add(self, request_id: str, prompt: list[int], max_tokens: int, salt: str) -> None: ...
+    def add(
+        self, request_id: str, prompt: list[int], max_tokens: int, salt: str, sampling: Sampling
+    ) -> None: ...
 
     def step(self) -> list[StepEvent]: ...
 
@@ -117,9 +142,10 @@ FinishHook = Callable[[str, Track], None]
 class Driver:
     """Runs a step-driven peer until every submitted request has finished."""
 
-    def __init__(self, adapter: StepAdapter, *, salt: str) -> None:
+    def __init__(self, adapter: StepAdapter, *, salt: str, sampling: Sampling = GREEDY) -> None:
         self.adapter = adapter
         self.salt = salt
+        self.sampling = sampling
         self.tracks: dict[str, Track] = {}
         self.pending: set[str] = set()
         self.steps = 0
@@ -127,7 +153,7 @@ class Driver:
     def submit(self, request_id: str, prompt: list[int], max_tokens: int) -> None:
         self.tracks[request_id] = Track(len(prompt), max_tokens, time.perf_counter())
         self.pending.add(request_id)
-        self.adapter.add(request_id, prompt, max_tokens, self.salt)
+        self.adapter.add(request_id, prompt, max_tokens, self.salt, self.sampling)
 
     def run(self, *, on_step: StepHook | None = None, on_finish: FinishHook | None = None):
         while self.pending:
@@ -158,6 +184,11 @@ class Driver:
         tokens = sum(len(t.token_ids) for t in tracks)
         ttft = [t.token_times[0] - t.submitted for t in tracks if t.token_times]
         itl = [b - a for t in tracks for a, b in itertools.pairwise(t.token_times)]
+        tpot = [
+            (t.token_times[-1] - t.token_times[0]) / (len(t.token_times) - 1)
+            for t in tracks
+            if len(t.token_times) > 1
+        ]
         short = [t for t in tracks if len(t.token_ids) != t.max_tokens]
         cached = [t.num_cached_tokens for t in tracks if t.num_cached_tokens is not None]
         return {
@@ -167,6 +198,7 @@ class Driver:
             "elapsed_s": round(ended - started, 3),
             "tok_s": round(tokens / (ended - started), 2),
             "ttft": latency_summary(ttft),
+            "tpot": latency_summary(tpot),
             "itl": latency_summary(itl),
             "steps": self.steps,
             # ignore_eos should make this 0; anything else means the peer
@@ -176,9 +208,13 @@ class Driver:
         }
 
 
+def workload_sampling(workload) -> Sampling:
+    return Sampling(workload.temperature, workload.top_p)
+
+
 def run_offline(adapter: StepAdapter, workload, *, salt: str, on_step=None) -> dict:
     """Submit every offline request at once and step until all are done."""
-    driver = Driver(adapter, salt=salt)
+    driver = Driver(adapter, salt=salt, sampling=workload_sampling(workload))
     started = time.perf_counter()
     for request in workload.offline:
         driver.submit(request.request_id, request.prompt_token_ids, request.max_tokens)
@@ -192,7 +228,7 @@ def run_sequential(adapter: StepAdapter, workload, *, salt: str, on_step=None) -
     A single stream: every step is a batch of one, so this measures the
     per-step cost that bounds one user's tokens/s.
     """
-    driver = Driver(adapter, salt=salt)
+    driver = Driver(adapter, salt=salt, sampling=workload_sampling(workload))
     queue = list(workload.offline)
 
     def send_next(*_finished) -> None:
@@ -212,7 +248,7 @@ def run_multiturn(adapter: StepAdapter, workload, *, salt: str, on_step=None) ->
     Turn k's prompt is the system prompt, then every earlier user turn and
     the peer's own answer to it, then user turn k.
     """
-    driver = Driver(adapter, salt=salt)
+    driver = Driver(adapter, salt=salt, sampling=workload_sampling(workload))
     history: dict[str, list[int]] = {}
     turn_of: dict[str, tuple[str, int]] = {}
     conversations = {c.conversation_id: c for c in workload.conversations}
@@ -238,6 +274,49 @@ def run_multiturn(adapter: StepAdapter, workload, *, salt: str, on_step=None) ->
     result = driver.summary(started)
     result["prompt_tokens_sent"] = result["prompt_tokens"]
     return result
+
+
+PHASES = {"offline": run_offline, "sequential": run_sequential, "multiturn": run_multiturn}
+
+
+def warm_up(adapter: StepAdapter, workload, *, salt: str) -> None:
+    """Two short requests (64 prompt tokens, 4 out) through the same loop,
+    under their own cache salt so they leave nothing a timed run reuses."""
+    driver = Driver(adapter, salt=f"warm-{salt}", sampling=workload_sampling(workload))
+    for request in workload.offline[:2]:
+        driver.submit(f"warm-{salt}-{request.request_id}", request.prompt_token_ids[:64], 4)
+    driver.run()
+
+
+# A line on stdout that starts with this carries a JSON reply to bench/pairs.py.
+REPLY = "@@bench-pairs "
+
+
+def reply(payload: dict) -> None:
+    sys.stdout.write(REPLY + json.dumps(payload) + "\n")
+    sys.stdout.flush()
+
+
+def serve(info: dict, run_round: Callable[[object, str, str], dict]) -> None:
+    """Reply ``info``, then run one round per line on stdin until it closes.
+
+    A line is ``{"workload": path, "phase": name, "salt": text}``; the reply
+    is ``run_round(workload, phase, salt)``, or ``{"error": ...}`` when it
+    raised (the process stays up for the next round).
+    """
+    from bench.workloads import Workload
+
+    reply(info)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        command = json.loads(line)
+        try:
+            workload = Workload.from_json(Path(command["workload"]))
+            result = run_round(workload, command["phase"], command["salt"])
+        except Exception as error:  # noqa: BLE001 - reported to the caller, who records it
+            result = {"error": f"{type(error).__name__}: {error}"}
+        reply(result)
 
 
 def set_thread_env(threads: int) -> None:

@@ -1,6 +1,7 @@
-"""This project's engine as a peer, spawned by bench/engine.py.
+"""This project's engine as a peer, spawned by bench/engine.py and bench/pairs.py.
 
     python -m bench.peers.engine_runner --workload W --out R --model-dir M ...
+        [--engine-options JSON] [--serve]
 
 Driven through ``add_request``/``step`` by the same loop as vLLM's engine.
 Besides throughput and latency it keeps, for every step that computed no
@@ -16,6 +17,8 @@ import time
 
 from bench.flops import ModelShape
 from bench.peers.common import (
+    PHASES,
+    Sampling,
     StepEvent,
     Track,
     median_run,
@@ -24,7 +27,9 @@ from bench.peers.common import (
     run_offline,
     run_sequential,
     runner_args,
+    serve,
     set_thread_env,
+    warm_up,
     write_result,
 )
 from bench.workloads import Workload
@@ -44,8 +49,15 @@ class EngineAdapter:
         self.decode_steps: list[tuple[int, float, float]] = []
         self._computed_before = 0
 
-    def add(self, request_id: str, prompt: list[int], max_tokens: int, salt: str) -> None:
-        params = self.sampling_cls(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    def add(
+        self, request_id: str, prompt: list[int], max_tokens: int, salt: str, sampling: Sampling
+    ) -> None:
+        params = self.sampling_cls(
+            max_tokens=max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            ignore_eos=True,
+        )
         self.engine.add_request(request_id, prompt, params, cache_salt=salt)
 
     def step(self) -> list[StepEvent]:
@@ -130,10 +142,7 @@ def main() -> None:
     warmup_s = engine.warmup()
     adapter = EngineAdapter(engine, SamplingParams, ModelShape.from_dir(args.model_dir))
     # The same warm-up requests as vLLM's runner, through the same loop.
-    for request in workload.offline[:2]:
-        adapter.add(f"warm-{request.request_id}", request.prompt_token_ids[:64], 4, "warm")
-    while engine.has_unfinished_requests():
-        engine.step()
+    warm_up(adapter, workload, salt="load")
     config = engine.config
     result: dict = {
         "peer": PEER,
@@ -150,8 +159,13 @@ def main() -> None:
             "block_size": config.block_size,
             "admission_policy": str(config.admission_policy),
             "attention_backend": config.attention_backend,
+            "speculative_method": config.speculative_method,
+            "num_speculative_tokens": config.num_speculative_tokens,
         },
     }
+    if args.serve:
+        serve(result, lambda w, phase, salt: run_round(engine, adapter, w, phase, salt))
+        return
     phases = args.phases.split(",")
     if "offline" in phases:
         runs = []
@@ -206,6 +220,25 @@ def main() -> None:
         result["multiturn"] = run
     write_result(args.out, result)
     progress(PEER, "done")
+
+
+def run_round(engine, adapter: EngineAdapter, workload: Workload, phase: str, salt: str) -> dict:
+    """One timed round of ``bench.pairs`` (``--serve``): warm-up, then ``phase``."""
+    warm_up(adapter, workload, salt=salt)
+    adapter.decode_steps = []
+    adapter.kv_blocks_peak = 0
+    before = engine.stats()
+    run = PHASES[phase](adapter, workload, salt=salt, on_step=adapter.on_step)
+    after = engine.stats()
+    run["speculation"] = speculation(before, after)
+    run["decode"] = decode_figures(adapter.decode_steps)
+    run.update(
+        kv_blocks_used_peak=adapter.kv_blocks_peak,
+        kv_blocks_total=after["kv_blocks_total"],
+        preemptions=after["preemptions"] - before["preemptions"],
+    )
+    progress(PEER, f"{phase} {salt}: {run['tok_s']} tok/s, TPOT p50 {run['tpot']['p50_ms']} ms")
+    return run
 
 
 if __name__ == "__main__":

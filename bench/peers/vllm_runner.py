@@ -1,14 +1,17 @@
-"""vLLM's CPU build as a peer: runs in .peers/vllm-venv, spawned by bench/engine.py.
+"""vLLM's CPU build as a peer: runs in .peers/vllm-venv, spawned by bench/engine.py
+and bench/pairs.py.
 
     .peers/vllm-venv/bin/python -m bench.peers.vllm_runner --workload W --out R ...
+        [--vllm-compiled 1] [--vllm-speculative ngram] [--serve]
 
 Uses vLLM's own ``LLMEngine`` (the loop inside ``LLM.generate``) so that
 each token is timed when ``step()`` hands it over, exactly as for this
 project's engine. Settings follow shared/PEERS.md: bfloat16, eager mode
-by default (``--vllm-compiled 1`` for its torch.compile mode, whose warm-up
-takes minutes here), a 2 GiB KV cache, OpenMP threads bound to the
-benchmark's cores, tcmalloc preloaded when Debian's libtcmalloc-minimal4 is
-installed (bench/peers/launch.py), as vLLM's CPU documentation recommends.
+unless ``--vllm-compiled 1`` (its default mode: torch.compile, whose
+warm-up takes minutes here), ``ngram`` speculation with
+``--vllm-speculative ngram``, a 2 GiB KV cache, OpenMP threads bound to
+the benchmark's cores, and tcmalloc and Intel OpenMP preloaded as vLLM's
+CPU documentation asks (bench/peers/launch.py ``vllm_preload``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import time
 from pathlib import Path
 
 from bench.peers.common import (
+    PHASES,
+    Sampling,
     StepEvent,
     median_run,
     progress,
@@ -25,11 +30,20 @@ from bench.peers.common import (
     run_offline,
     run_sequential,
     runner_args,
+    serve,
+    warm_up,
     write_result,
 )
 from bench.workloads import Workload
 
 PEER = "vllm"
+# vLLM's n-gram (prompt lookup) drafter, as shared/PEERS.md runs it.
+NGRAM = {
+    "method": "ngram",
+    "num_speculative_tokens": 4,
+    "prompt_lookup_max": 4,
+    "prompt_lookup_min": 2,
+}
 
 
 def configure_env(threads: int, kv_cache_gib: float) -> None:
@@ -55,6 +69,8 @@ class VllmAdapter:
         self.output_kind = output_kind
         self.tokens_prompt = tokens_prompt
         self.kv_usage_peak = 0.0
+        # Speculative decoding: drafts proposed and accepted (tokens).
+        self.spec = {"draft": 0, "accepted": 0}
         self._wrap_get_output()
 
     def _wrap_get_output(self) -> None:
@@ -68,14 +84,23 @@ class VllmAdapter:
             stats = getattr(outputs, "scheduler_stats", None)
             if stats is not None:
                 self.kv_usage_peak = max(self.kv_usage_peak, float(stats.kv_cache_usage))
+                spec = getattr(stats, "spec_decoding_stats", None)
+                if spec is not None:
+                    self.spec["draft"] += spec.num_draft_tokens
+                    self.spec["accepted"] += spec.num_accepted_tokens
             return outputs
 
         core.get_output = get_output
 
-    def add(self, request_id: str, prompt: list[int], max_tokens: int, salt: str) -> None:
+    def add(
+        self, request_id: str, prompt: list[int], max_tokens: int, salt: str, sampling: Sampling
+    ) -> None:
+        # No per-request seed: on CPU it fails ("CPU Generator does not use
+        # offset"); the engine is seeded instead.
         params = self.sampling_cls(
             max_tokens=max_tokens,
-            temperature=0.0,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
             ignore_eos=True,
             output_kind=self.output_kind,
         )
@@ -118,7 +143,8 @@ def main() -> None:
     workload = Workload.from_json(args.workload)
     phases = args.phases.split(",")
     eager = not args.vllm_compiled
-    mode = "eager" if eager else "compiled"
+    speculative = dict(NGRAM) if args.vllm_speculative == "ngram" else None
+    mode = ("eager" if eager else "compiled") + ("+ngram" if speculative else "")
     progress(PEER, f"loading {args.model_dir.name} ({args.dtype}, {mode})")
     started = time.perf_counter()
     engine = LLMEngine.from_engine_args(
@@ -127,6 +153,7 @@ def main() -> None:
             dtype=args.dtype,
             enforce_eager=eager,
             enable_prefix_caching=True,
+            speculative_config=speculative,
             # Scheduler stats carry the KV usage figure.
             disable_log_stats=False,
             seed=0,
@@ -135,28 +162,36 @@ def main() -> None:
     load_s = time.perf_counter() - started
     adapter = VllmAdapter(engine, SamplingParams, RequestOutputKind.DELTA, TokensPrompt)
     progress(PEER, f"loaded in {load_s:.1f} s; warm-up")
-    warm = workload.offline[:2]
-    for request in warm:
-        adapter.add(f"warm-{request.request_id}", request.prompt_token_ids[:64], 4, "warm")
-    while engine.has_unfinished_requests():
-        engine.step()
+    warm_up(adapter, workload, salt="load")
 
     sched = engine.vllm_config.scheduler_config
+    compile_config = engine.vllm_config.compilation_config
     result: dict = {
         "peer": PEER,
         "version": vllm.__version__,
         "dtype": args.dtype,
         "threads": args.threads,
         "load_s": round(load_s, 2),
+        "mode": mode,
         "settings": {
             "enforce_eager": eager,
+            # What "compiled" means on its CPU build: torch.compile traced
+            # once with the inductor backend (vllm/platforms/cpu.py).
+            "compilation_mode": getattr(compile_config.mode, "name", str(compile_config.mode)),
+            "compilation_backend": compile_config.backend,
+            "speculative_config": speculative,
+            "ld_preload": [p for p in os.environ.get("LD_PRELOAD", "").split(":") if p],
             "tcmalloc": "tcmalloc" in os.environ.get("LD_PRELOAD", ""),
+            "intel_openmp": "libiomp" in os.environ.get("LD_PRELOAD", ""),
             "enable_prefix_caching": True,
             "kv_cache_gib": args.kv_cache_gib,
             "max_num_seqs": sched.max_num_seqs,
             "max_num_batched_tokens": sched.max_num_batched_tokens,
         },
     }
+    if args.serve:
+        serve(result, lambda w, phase, salt: run_round(adapter, w, phase, salt))
+        return
     if "offline" in phases:
         runs = []
         for i in range(args.repeat):
@@ -183,6 +218,18 @@ def main() -> None:
         result["multiturn"] = run
     write_result(args.out, result)
     progress(PEER, "done")
+
+
+def run_round(adapter: VllmAdapter, workload: Workload, phase: str, salt: str) -> dict:
+    """One timed round of ``bench.pairs`` (``--serve``): warm-up, then ``phase``."""
+    warm_up(adapter, workload, salt=salt)
+    adapter.kv_usage_peak = 0.0
+    before = dict(adapter.spec)
+    run = PHASES[phase](adapter, workload, salt=salt)
+    run["speculation"] = {k: adapter.spec[k] - before[k] for k in before}
+    run.update(kv_figures(adapter))
+    progress(PEER, f"{phase} {salt}: {run['tok_s']} tok/s, TPOT p50 {run['tpot']['p50_ms']} ms")
+    return run
 
 
 if __name__ == "__main__":
