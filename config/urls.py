@@ -9,8 +9,8 @@ from inference.views import home
 
 urlpatterns = [
     path("", home, name="home"),
-    # Operators: Prometheus metrics (django-prometheus's view), liveness, readiness.
-    path("", include("django_prometheus.urls")),
+    # Operators: Prometheus metrics (behind METRICS_TOKEN), liveness, readiness.
+    path("metrics", views.metrics, name="prometheus-django-metrics"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     # DJANGO_ADMIN_URL: a path of the operator's choosing, not the well-known one.
