@@ -47,7 +47,9 @@ STAND_INS = {
 TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 CADDY_ROOT = "/data/caddy/pki/authorities/local/root.crt"
 
-pytestmark = pytest.mark.slow
+# Building the image and warming a worker take far longer than the suite's
+# 300 s per test (the fixture's time counts).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(5400)]
 
 
 def run(
