@@ -474,6 +474,12 @@ CELERY_METRICS_PORT = env_int("CELERY_METRICS_PORT", 0)
 # closed (403) until a token is set: its series name models, tiers and
 # error rates. Local mode without a token leaves it open.
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+# Or a port of its own (config.startup.metrics_port_start; 0: none): the
+# same series over plain HTTP with no token and no Host check, for a scraper
+# on a private network (docker/compose.yaml scrapes every web replica on it
+# by address, which ALLOWED_HOSTS would refuse on the main port).
+WEB_METRICS_PORT = env_int("WEB_METRICS_PORT", 0)
+WEB_METRICS_HOST = env.str("WEB_METRICS_HOST", default="0.0.0.0")
 # Bootstrap (manage.py bootstrap, docker/compose.yaml's one-shot service)
 # reads BOOTSTRAP_* itself, as Django's createsuperuser reads its
 # DJANGO_SUPERUSER_*: a password is no setting (docs/deployment.md).
