@@ -50,6 +50,11 @@ if settings.USAGE_SETTLER_IN_PROCESS:
 
     settler.start()
 
+# Prometheus' own port, when WEB_METRICS_PORT is set (docker/compose.yaml).
+from config.startup import metrics_port_start  # noqa: E402
+
+metrics_port_start()
+
 # Under Daphne, SIGTERM drains open responses before the process stops.
 from config import shutdown  # noqa: E402
 

@@ -470,6 +470,23 @@ WORKER_METRICS_HOST = os.environ.get("WORKER_METRICS_HOST", "0.0.0.0")
 # A Celery worker's /metrics port (config.celery_metrics; 0: none). With the
 # prefork pool also set PROMETHEUS_MULTIPROC_DIR, as docker/compose.yaml does.
 CELERY_METRICS_PORT = env_int("CELERY_METRICS_PORT", 0)
+# -- Deployment and metrics (issue 32) -------------------------------------
+# The web's /metrics (config.views.metrics): with METRICS_TOKEN set, a scrape
+# must send "Authorization: Bearer <token>" (Prometheus' authorization
+# block; docker/prometheus/prometheus.yml). Outside local mode /metrics is
+# closed (403) until a token is set: its series name models, tiers and
+# error rates. Local mode without a token leaves it open.
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+# Or a port of its own (config.startup.metrics_port_start; 0: none): the
+# same series over plain HTTP with no token and no Host check, for a scraper
+# on a private network (docker/compose.yaml scrapes every web replica on it
+# by address, which ALLOWED_HOSTS would refuse on the main port).
+WEB_METRICS_PORT = env_int("WEB_METRICS_PORT", 0)
+WEB_METRICS_HOST = env.str("WEB_METRICS_HOST", default="0.0.0.0")
+# Bootstrap (manage.py bootstrap, docker/compose.yaml's one-shot service)
+# reads BOOTSTRAP_* itself, as Django's createsuperuser reads its
+# DJANGO_SUPERUSER_*: a password is no setting (docs/deployment.md).
+
 # Log lines as JSON (the multi-process topology's default) or for a terminal
 # (embedded mode's, bin/run). Traces: the standard OTEL_* variables (wire.tracing).
 LOG_FORMAT = os.environ.get("LOG_FORMAT") or ("json" if REDIS_URL else "console")

@@ -1,4 +1,4 @@
-"""Start-up checks of the processes that sign things: Daphne and Celery.
+"""Start-up of the web and Celery processes: the secret key check, the web's metrics port.
 
 Settings give SECRET_KEY no fallback; Django would only complain at the
 first signed cookie. The web (``config.asgi``) and Celery
@@ -20,3 +20,19 @@ def require_secret_key() -> None:
             "Set DJANGO_SECRET_KEY: a long random string, e.g. "
             "python -c 'import secrets; print(secrets.token_urlsafe(50))'."
         )
+
+
+def metrics_port_start() -> int | None:
+    """Serve this process's Prometheus series on WEB_METRICS_PORT (0: none).
+
+    Beside the main port's /metrics (behind METRICS_TOKEN): plain HTTP, for
+    a scraper on a private network that addresses each replica by IP.
+    Returns the port, or None when off.
+    """
+    port = settings.WEB_METRICS_PORT
+    if not port:
+        return None
+    from prometheus_client import start_http_server
+
+    server, _ = start_http_server(port, addr=settings.WEB_METRICS_HOST)
+    return server.server_address[1]

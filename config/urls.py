@@ -13,8 +13,8 @@ urlpatterns = [
     path("", home, name="home"),
     # Browsers ask for /favicon.ico on pages that name none (the admin's).
     path("favicon.ico", RedirectView.as_view(url=static("console/favicon.svg"), permanent=True)),
-    # Operators: Prometheus metrics (django-prometheus's view), liveness, readiness.
-    path("", include("django_prometheus.urls")),
+    # Operators: Prometheus metrics (behind METRICS_TOKEN), liveness, readiness.
+    path("metrics", views.metrics, name="prometheus-django-metrics"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     # DJANGO_ADMIN_URL: a path of the operator's choosing, not the well-known one.

@@ -1,6 +1,10 @@
-"""Probes for orchestrators and load balancers: /healthz and /readyz."""
+"""Probes for orchestrators and load balancers (/healthz, /readyz) and /metrics."""
 
-from django.http import HttpRequest, JsonResponse
+import hmac
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django_prometheus.exports import ExportToDjangoView
 
 from config.health import readiness
 
@@ -19,3 +23,28 @@ async def readyz(request: HttpRequest) -> JsonResponse:
     # to log each time (Django logs every 5xx unless told it was logged).
     response._has_been_logged = True
     return response
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus' scrape (django-prometheus' exposition), behind METRICS_TOKEN.
+
+    Sync: generating the exposition is CPU work, kept off the event loop.
+    """
+    token = settings.METRICS_TOKEN
+    if not token:
+        if settings.LOCAL:
+            return ExportToDjangoView(request)
+        return HttpResponse(
+            "Metrics are off: set METRICS_TOKEN and scrape with it as a bearer token.\n",
+            status=403,
+            content_type="text/plain",
+        )
+    sent = request.headers.get("Authorization", "")
+    scheme, _, credentials = sent.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        credentials.strip().encode(), token.encode()
+    ):
+        response = HttpResponse("A valid bearer token is required.\n", status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    return ExportToDjangoView(request)

@@ -3,8 +3,17 @@
 Dashboards and alerts written for vLLM work unchanged: the metric names
 are vLLM's (prometheus-client adds ``_total`` to counters, as in vLLM's own
 exposition), every series carries vLLM's ``model_name`` and ``engine``
-labels, and the histograms use vLLM's buckets (``vllm/v1/metrics/loggers.py``).
-Numbers vLLM has no name for carry our ``llmp_`` prefix.
+labels, and the histograms use vLLM's buckets (``vllm/v1/metrics/loggers.py``,
+kept in ``wire.buckets``). Numbers vLLM has no name for carry our ``llmp_``
+prefix. vLLM's core series here: requests running and waiting, KV usage,
+prefix-cache queries and hits, preemptions, prompt and generation tokens,
+request success by finish reason, TTFT, inter-token latency, per-request
+time per output token, e2e / queue / prefill / decode / inference time,
+per-request prompt and generation tokens, tokens per engine step,
+speculative decoding (drafts, draft tokens, accepted tokens, accepted per
+position) and ``vllm:cache_config_info``. Not here: vLLM's LoRA info, its
+deprecated ``gpu_*`` aliases and the request-parameter histograms
+(``n``, ``max_tokens``).
 
 They live in the process's default registry: a ``gpuworker`` serves them
 on its metrics port (``gpuworkers.probes``); the embedded worker's appear
@@ -14,32 +23,28 @@ What it costs the engine thread: engine-wide numbers are read from the
 ``engine.stats()`` snapshot the loop takes for its heartbeat anyway (at
 most every 0.1 s); per-request timings are observed where the tracker
 builds a response's events (at most one observation per request per step,
-never one per token).
+never one per token); the iteration histogram takes one observation per
+engine step.
 """
 
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-LABELS = ("model_name", "engine")
+from wire.buckets import (
+    ITERATION_TOKEN_BUCKETS,
+    ITL_BUCKETS,
+    REQUEST_LATENCY_BUCKETS,
+    TTFT_BUCKETS,
+    buckets_1_2_5,
+)
 
-# vLLM's buckets, so histogram_quantile gives the same answer on both.
-TTFT_BUCKETS = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)  # fmt: skip
-ITL_BUCKETS = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
-    2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
-)  # fmt: skip
-REQUEST_LATENCY_BUCKETS = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
-    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
-)  # fmt: skip
+LABELS = ("model_name", "engine")
 
 # -- vLLM's names ---------------------------------------------------------------
 RUNNING = Gauge(
@@ -92,6 +97,87 @@ QUEUE_TIME = Histogram(
     buckets=REQUEST_LATENCY_BUCKETS,
 )
 
+REQUEST_TPOT = Histogram(
+    # vLLM's per-request mean; its older vllm:time_per_output_token_seconds
+    # is the per-step series now named vllm:inter_token_latency_seconds.
+    "vllm:request_time_per_output_token_seconds",
+    "Histogram of time_per_output_token_seconds per request.",
+    LABELS,
+    buckets=ITL_BUCKETS,
+)
+PREFILL_TIME = Histogram(
+    "vllm:request_prefill_time_seconds",
+    "Histogram of time spent in PREFILL phase for request.",
+    LABELS,
+    buckets=REQUEST_LATENCY_BUCKETS,
+)
+DECODE_TIME = Histogram(
+    "vllm:request_decode_time_seconds",
+    "Histogram of time spent in DECODE phase for request.",
+    LABELS,
+    buckets=REQUEST_LATENCY_BUCKETS,
+)
+INFERENCE_TIME = Histogram(
+    "vllm:request_inference_time_seconds",
+    "Histogram of time spent in RUNNING phase for request.",
+    LABELS,
+    buckets=REQUEST_LATENCY_BUCKETS,
+)
+ITERATION_TOKENS = Histogram(
+    "vllm:iteration_tokens_total",
+    "Histogram of number of tokens per engine_step.",
+    LABELS,
+    buckets=ITERATION_TOKEN_BUCKETS,
+)
+SPEC_DRAFTS = Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", LABELS)
+SPEC_DRAFT_TOKENS = Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", LABELS)
+SPEC_ACCEPTED_TOKENS = Counter(
+    "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", LABELS
+)
+SPEC_ACCEPTED_PER_POS = Counter(
+    "vllm:spec_decode_num_accepted_tokens_per_pos",
+    "Accepted tokens per draft position.",
+    (*LABELS, "position"),
+)
+# vLLM's labels are its CacheConfig's fields; these are the ones our engine has.
+CACHE_CONFIG_LABELS = (
+    "block_size",
+    "cache_dtype",
+    "enable_prefix_caching",
+    "num_gpu_blocks",
+    "num_cpu_blocks",
+)
+CACHE_CONFIG_INFO = Gauge(
+    "vllm:cache_config_info",
+    "Information of the LLMEngine CacheConfig",
+    (*LABELS, *CACHE_CONFIG_LABELS),
+)
+# The per-request token-count histograms' buckets depend on the served
+# model's context length (vLLM: 1, 2, 5, ... up to max_model_len). A
+# process registers a metric name once, so the first engine's length
+# fixes them; a gpuworker serves one model, and so does the embedded one.
+_TOKEN_HISTOGRAMS: dict[str, Histogram] = {}
+DEFAULT_MAX_MODEL_LEN = 8192
+
+
+def _token_histograms(max_model_len: int) -> dict[str, Histogram]:
+    if not _TOKEN_HISTOGRAMS:
+        buckets = buckets_1_2_5(max_model_len)
+        _TOKEN_HISTOGRAMS["prompt"] = Histogram(
+            "vllm:request_prompt_tokens",
+            "Number of prefill tokens processed.",
+            LABELS,
+            buckets=buckets,
+        )
+        _TOKEN_HISTOGRAMS["generation"] = Histogram(
+            "vllm:request_generation_tokens",
+            "Number of generation tokens processed.",
+            LABELS,
+            buckets=buckets,
+        )
+    return _TOKEN_HISTOGRAMS
+
+
 # -- ours -------------------------------------------------------------------------
 SWAPPED = Gauge(
     "llmp_worker_requests_swapped", "Sequences swapped out to the host KV pool.", LABELS
@@ -124,7 +210,6 @@ REFUSALS = Counter(
     "Requests the worker refused at intake, by reason (draining, invalid).",
     (*LABELS, "reason"),
 )
-# Speculative decoding's acceptance goes here under llmp_ once the engine has it.
 
 # engine.stats() counters -> (metric, extra labels) they feed.
 _STAT_COUNTERS = {
@@ -133,15 +218,53 @@ _STAT_COUNTERS = {
     "swaps_in": (SWAPS, ("in",)),
     "recomputes": (RECOMPUTES, ()),
     "generated_tokens": (GENERATION_TOKENS, ()),
+    # Speculative decoding (engine/spec/): a verification is vLLM's "draft".
+    "spec_verifications": (SPEC_DRAFTS, ()),
+    "spec_draft_tokens": (SPEC_DRAFT_TOKENS, ()),
+    "spec_accepted_tokens": (SPEC_ACCEPTED_TOKENS, ()),
 }
 
 
-class WorkerMetrics:
-    """One serving engine's series (its ``model_name`` and ``engine`` labels)."""
+@dataclass(slots=True)
+class RequestPhases:
+    """A finished request's phases in seconds, as vLLM splits them.
 
-    def __init__(self, model_name: str, engine: str = "0"):
+    Queued until first scheduled, then prefill (to the first token), then
+    decode (first to last token); inference is prefill plus decode. None
+    where the request never reached that phase (aborted while queued).
+    """
+
+    prefill: float | None
+    decode: float | None
+    inference: float | None
+    prompt_tokens: int
+    generation_tokens: int
+
+
+class WorkerMetrics:
+    """One serving engine's series (its ``model_name`` and ``engine`` labels).
+
+    ``max_model_len`` sets the per-request token histograms' buckets (the
+    first engine of the process fixes them).
+    """
+
+    def __init__(
+        self, model_name: str, engine: str = "0", max_model_len: int = DEFAULT_MAX_MODEL_LEN
+    ):
         self.labels = (model_name, engine)
         labels = self.labels
+        tokens = _token_histograms(max_model_len)
+        self.request_prompt_tokens = tokens["prompt"].labels(*labels)
+        self.request_generation_tokens = tokens["generation"].labels(*labels)
+        self.tpot, self.iteration_tokens = (
+            REQUEST_TPOT.labels(*labels),
+            ITERATION_TOKENS.labels(*labels),
+        )
+        self.prefill_time, self.decode_time = (
+            PREFILL_TIME.labels(*labels),
+            DECODE_TIME.labels(*labels),
+        )
+        self.inference_time = INFERENCE_TIME.labels(*labels)
         self.running, self.waiting = RUNNING.labels(*labels), WAITING.labels(*labels)
         self.kv_usage, self.swapped = KV_USAGE.labels(*labels), SWAPPED.labels(*labels)
         self.prefix_queries, self.prefix_hits = (
@@ -175,9 +298,15 @@ class WorkerMetrics:
         total = stats.get("kv_blocks_total", 0)
         self.kv_usage.set(stats.get("kv_blocks_used", 0) / total if total else 0.0)
         current = {key: int(stats.get(key, 0)) for key in _STAT_COUNTERS}
+        # Accepted drafts by position (0: the first draft token).
+        for position, accepted in enumerate(stats.get("spec_accepted_per_pos") or ()):
+            key = f"spec_accepted_pos_{position}"
+            current[key] = int(accepted)
+            if key not in self._counters:
+                self._counters[key] = SPEC_ACCEPTED_PER_POS.labels(*self.labels, str(position))
         if self._last is not None:
             for key, value in current.items():
-                before = self._last[key]
+                before = self._last.get(key, value)
                 # A counter that went down was reset (warm-up zeroes some).
                 grown = value - before if value >= before else value
                 if grown:
@@ -198,6 +327,16 @@ class WorkerMetrics:
             if tier in weights:
                 TIER_WEIGHT.labels(*self.labels, tier).set(weights[tier])
 
+    def cache_config(self, info: Mapping[str, Any]) -> None:
+        """``vllm:cache_config_info``: the KV cache's configuration as labels, value 1."""
+        values = (str(info[name]) for name in CACHE_CONFIG_LABELS)
+        CACHE_CONFIG_INFO.labels(*self.labels, *values).set(1)
+
+    def iteration(self, tokens: int) -> None:
+        """One engine step's prompt plus generated tokens (steps that ran a batch)."""
+        if tokens > 0:
+            self.iteration_tokens.observe(tokens)
+
     # -- per request, from the tracker --------------------------------------------
 
     def first_token(self, *, ttft: float, prompt_tokens: int, cached_tokens: int) -> None:
@@ -211,12 +350,26 @@ class WorkerMetrics:
         """Time since the response's previous tokens (one observation per step)."""
         self.itl.observe(max(seconds, 0.0))
 
-    def finished(self, *, reason: str, e2e: float, queue: float | None) -> None:
+    def finished(
+        self, *, reason: str, e2e: float, queue: float | None, phases: RequestPhases
+    ) -> None:
         """A response the engine ended (stop, length or abort)."""
         REQUEST_SUCCESS.labels(*self.labels, reason).inc()
         self.e2e.observe(max(e2e, 0.0))
         if queue is not None:
             self.queue_time.observe(max(queue, 0.0))
+        for histogram, seconds in (
+            (self.prefill_time, phases.prefill),
+            (self.decode_time, phases.decode),
+            (self.inference_time, phases.inference),
+        ):
+            if seconds is not None:
+                histogram.observe(max(seconds, 0.0))
+        # vLLM's per-request TPOT: decode time over the tokens after the first.
+        if phases.decode is not None and phases.generation_tokens > 1:
+            self.tpot.observe(max(phases.decode, 0.0) / (phases.generation_tokens - 1))
+        self.request_prompt_tokens.observe(phases.prompt_tokens)
+        self.request_generation_tokens.observe(phases.generation_tokens)
 
     def refused(self, reason: str) -> None:
         REFUSALS.labels(*self.labels, reason).inc()

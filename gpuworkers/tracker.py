@@ -6,8 +6,9 @@ flushes them in one bus round trip. A response leaves the tracker with its
 terminal event, so it can never get a second one from this worker.
 
 It is also where a response's timings are known, so it feeds the worker's
-metrics (``gpuworkers.metrics``: TTFT, inter-token latency, e2e, queue
-time) and spans (``gpuworkers.spans``) as it builds the events.
+metrics (``gpuworkers.metrics``: TTFT, inter-token latency, e2e, queue,
+prefill, decode and inference time, token counts) and spans
+(``gpuworkers.spans``) as it builds the events.
 
 And it reports what each billed response used: at the terminal event it
 queues a ``wire.usage`` entry, appended to the usage stream when the loop
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from gpuworkers.metrics import WorkerMetrics
+from gpuworkers.metrics import RequestPhases, WorkerMetrics
 from gpuworkers.spans import request_span_end, request_span_start
 from wire.events import (
     EventType,
@@ -163,6 +164,20 @@ class _Response:
         if self.engine_queue_time is None:
             return None
         return (self.added_at - self.request.created_at) + self.engine_queue_time
+
+    def phases(self) -> RequestPhases:
+        """Prefill, decode and inference time, on the worker's clock."""
+        scheduled = None
+        if self.engine_queue_time is not None:
+            scheduled = self.added_at + self.engine_queue_time
+        first, last = self.first_token_at, self.last_token_at
+        return RequestPhases(
+            prefill=None if first is None or scheduled is None else first - scheduled,
+            decode=None if first is None or last is None else last - first,
+            inference=None if last is None or scheduled is None else last - scheduled,
+            prompt_tokens=self.prompt_tokens,
+            generation_tokens=self.completion_tokens,
+        )
 
     def usage(self) -> dict[str, int]:
         return usage_body(
@@ -328,7 +343,10 @@ class ResponseTracker:
         now = time.time()
         reason = "abort" if aborted else response.finish_reasons.get("0", "stop")
         self.metrics.finished(
-            reason=reason, e2e=now - response.request.created_at, queue=response.queue_seconds()
+            reason=reason,
+            e2e=now - response.request.created_at,
+            queue=response.queue_seconds(),
+            phases=response.phases(),
         )
         request_span_end(response.span, response, outcome=kind.value, at=now)
 

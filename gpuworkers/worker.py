@@ -107,7 +107,17 @@ class WorkerLoop:
         self.heartbeat_interval = heartbeat_interval
         self.idle_block_ms = idle_block_ms
         self.state = WorkerState.WARMING
-        self.metrics = WorkerMetrics(model_name)
+        self.metrics = WorkerMetrics(model_name, max_model_len=engine.max_model_len)
+        config = engine.config
+        self.metrics.cache_config(
+            {
+                "block_size": config.block_size,
+                "cache_dtype": config.dtype,
+                "enable_prefix_caching": config.enable_prefix_caching,
+                "num_gpu_blocks": config.num_kv_blocks,
+                "num_cpu_blocks": config.num_host_blocks,
+            }
+        )
         self.tracker = ResponseTracker(
             worker_id=worker_id,
             model=model_name,
@@ -293,8 +303,11 @@ class WorkerLoop:
 
     def _step(self) -> None:
         started = time.time()
+        engine = self.engine
+        # The step's prompt plus generated tokens (vllm:iteration_tokens_total).
+        tokens_before = engine.prompt_tokens_computed + engine.generated_tokens
         try:
-            outputs = self.engine.step()
+            outputs = engine.step()
         except Exception:
             logger.exception("worker %s: engine step failed", self.worker_id)
             self._step_failures += 1
@@ -303,6 +316,9 @@ class WorkerLoop:
                 raise EngineBroken(f"{self._step_failures} engine steps failed in a row") from None
             return
         self._step_failures = 0
+        self.metrics.iteration(
+            engine.prompt_tokens_computed + engine.generated_tokens - tokens_before
+        )
         # Requests whose own processing raised: the engine freed their KV
         # blocks and went on with the others.
         for response_id, message in self.engine.take_failures():

@@ -18,6 +18,16 @@ numbers already live in the usage tables.
   against the web's).
 - ``llmp_usage_settlement_lag_seconds{model}``: from the worker ending a
   response to its usage record written and its rate limits settled.
+- ``llmp_time_to_first_token_seconds{tier,model}``: from the web enqueuing
+  a request to its relay reading the first token, on the web's clock (the
+  worker's ``vllm:time_to_first_token_seconds`` has no tier). Per-tier SLOs
+  are alerted on it (docker/prometheus/alerts.yml).
+- ``llmp_queue_wait_seconds{tier,model}``: from the web enqueuing a request
+  to the engine first scheduling it (the terminal event's
+  ``queue_time_ms``), where admission control's tier SLA applies.
+
+Both use vLLM's TTFT buckets (``wire.buckets``): queue waits are mostly
+milliseconds, which vLLM's coarser request-latency buckets would lose.
 """
 
 from __future__ import annotations
@@ -26,6 +36,8 @@ import time
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from wire.buckets import TTFT_BUCKETS
 
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -49,6 +61,19 @@ SETTLEMENT_LAG = Histogram(
     "From the worker ending a response to its usage record written and limits settled.",
     ("model",),
     buckets=LAG_BUCKETS,
+)
+
+FIRST_TOKEN_TIME = Histogram(
+    "llmp_time_to_first_token_seconds",
+    "From the web enqueuing a request to its relay reading the first token, by tier.",
+    ("tier", "model"),
+    buckets=TTFT_BUCKETS,
+)
+QUEUE_WAIT_TIME = Histogram(
+    "llmp_queue_wait_seconds",
+    "From the web enqueuing a request to the engine first scheduling it, by tier.",
+    ("tier", "model"),
+    buckets=TTFT_BUCKETS,
 )
 
 # Rate limiter outcomes (tenants.ratelimit.Decision.outcome) are reasons as is.
@@ -76,3 +101,14 @@ def lag_observe(histogram: Histogram, model: str, ended_at: float | None) -> Non
     """Seconds from ``ended_at`` to now, when there is an ``ended_at``."""
     if ended_at is not None:
         histogram.labels(model).observe(max(time.time() - ended_at, 0.0))
+
+
+def first_token_observe(*, tier: str, model: str, sent_at: float) -> None:
+    FIRST_TOKEN_TIME.labels(tier, model).observe(max(time.time() - sent_at, 0.0))
+
+
+def queue_wait_observe(*, tier: str, model: str, terminal: dict[str, Any]) -> None:
+    """The terminal event's queue time, when the engine scheduled the request."""
+    queue_ms = (terminal.get("metrics") or {}).get("queue_time_ms")
+    if queue_ms is not None:
+        QUEUE_WAIT_TIME.labels(tier, model).observe(queue_ms / 1000)

@@ -74,6 +74,12 @@ def open_taps() -> list[ResponseTap]:
     return list(_open_taps)
 
 
+def _has_tokens(event: dict[str, Any]) -> bool:
+    return event["type"] == EventType.DELTA and any(
+        c.get("token_ids") for c in event.get("choices") or ()
+    )
+
+
 def route_cache_key(response_id: str) -> str:
     return f"inference:route:{response_id}"
 
@@ -93,6 +99,9 @@ class ResponseRoute:
     created: int
     prompt_tokens: int
     model_version: str = ""
+    # The tenant's tier when the request was sent: the web's latency
+    # metrics are by tier (never by tenant).
+    tier: str = ""
     # inference.tool_calls.ToolParsing as a dict: how to read tool calls
     # out of the text; None: plain text.
     tool_parsing: dict[str, Any] | None = None
@@ -188,6 +197,8 @@ class ResponseTap:
         """Read the events through the terminal one; returns its type."""
         ledger = self._ledger
         terminal = None
+        # The original request's tap times its first token; resumes do not.
+        awaiting_first_token = self.sent_at is not None
         events = stream_events(self.route.response_id, worker_id=self.route.worker_id)
         if self._guard is not None:
             events = self._guard(events)
@@ -202,6 +213,11 @@ class ResponseTap:
                 if event["type"] in TERMINAL_EVENTS:
                     terminal = event
                 else:
+                    if awaiting_first_token and _has_tokens(event):
+                        awaiting_first_token = False
+                        metrics.first_token_observe(
+                            tier=self.route.tier, model=self.route.model, sent_at=self.sent_at
+                        )
                     self._queue.put_nowait(event)
         except asyncio.CancelledError:
             # Shutting down, or a resume reader whose client left: readers
@@ -224,6 +240,7 @@ class ResponseTap:
         metrics.lag_observe(metrics.RELAY_LAG, model, ended_at)
         if self._on_terminal is not None:
             metrics.RESPONSES.labels(model, final["type"]).inc()
+            metrics.queue_wait_observe(tier=self.route.tier, model=model, terminal=final)
             try:
                 with tracer.start_as_current_span("usage.settle"):
                     await self._on_terminal(self.route, ledger.summary(final))

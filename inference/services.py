@@ -228,6 +228,7 @@ async def _dispatch(
         created=int(time.time()),
         prompt_tokens=len(prepared.prompt_token_ids),
         model_version=worker.version,
+        tier=tier.name,
         tool_parsing=prepared.tool_parsing,
     )
     await response_route_save(route=route)

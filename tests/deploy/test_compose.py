@@ -1,13 +1,15 @@
-"""The container topology: docker/compose.yaml, the Dockerfile, .dockerignore.
+"""The container topology: docker/compose.yaml, the Dockerfiles, .dockerignore.
 
-There is no Docker daemon here: `docker compose config` (or Debian's
-docker-compose 1.29, which validates against the Compose Specification's
-JSON schema; .ci/run installs it) renders and validates the file offline.
-The rendered web environment then passes `manage.py check --deploy`.
+`docker compose config` (or Debian's docker-compose 1.29, which validates
+against the Compose Specification's JSON schema; .ci/run installs it)
+renders and validates the file offline, no daemon needed. The rendered web
+environment then passes `manage.py check --deploy`. The stack itself is
+built and run by tests/deploy/test_compose_up.py (slow, needs dockerd).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -21,8 +23,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
-APP_SERVICES = {"migrate", "web", "gpuworker", "celery", "beat"}
+APP_SERVICES = {"migrate", "models", "bootstrap", "web", "gpuworker", "celery", "beat"}
 SITE_VALUES = {
+    "BOOTSTRAP_ADMIN_EMAIL": "ops@example.test",
     "DJANGO_ALLOWED_HOSTS": "llm.example.test",
     "DJANGO_CSRF_TRUSTED_ORIGINS": "https://llm.example.test",
     "DJANGO_ADMIN_URL": "ops-7f3a/",
@@ -60,6 +63,8 @@ def render(env_file: Path) -> subprocess.CompletedProcess:
     cmd = [*compose_command(), "--env-file", str(env_file), "-f", str(DOCKER / "compose.yaml")]
     # Only the env file may supply values: none from this process's environment.
     clean = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
+    if "DOCKER_HOST" in os.environ:
+        clean["DOCKER_HOST"] = os.environ["DOCKER_HOST"]
     return subprocess.run([*cmd, "config"], capture_output=True, text=True, env=clean, timeout=60)
 
 
@@ -85,7 +90,7 @@ def test_the_env_template_holds_no_values_and_compose_refuses_it(tmp_path):
 def test_compose_runs_the_whole_topology_without_a_demo_superuser(rendered):
     config, _ = rendered
     services = config["services"]
-    assert set(services) == APP_SERVICES | {"postgres", "redis", "prometheus", "grafana"}
+    assert set(services) == APP_SERVICES | {"postgres", "redis", "caddy", "prometheus", "grafana"}
     text = yaml.safe_dump(config)
     assert "seed_demo" not in text and "change-me" not in text
     commands = {name: " ".join(map(str, services[name].get("command", []))) for name in services}
@@ -94,13 +99,106 @@ def test_compose_runs_the_whole_topology_without_a_demo_superuser(rendered):
     assert "celery" in commands["celery"] and " worker " in commands["celery"]
     assert "celery" in commands["beat"] and " beat " in commands["beat"]
     assert commands["migrate"] == "python manage.py migrate --noinput"
+    assert commands["bootstrap"] == "python manage.py bootstrap"
+    assert commands["models"] == "python -m gpuworkers.engine.convert_gguf"
     for name in APP_SERVICES:
         assert services[name]["build"]["dockerfile"].endswith("docker/Dockerfile"), name
-    # Everything published stays on loopback: a TLS proxy fronts the web.
+    # Caddy alone faces the network (TLS); the web has no host port, so it
+    # scales; everything else published stays on loopback.
+    assert "ports" not in services["web"]
     for name, service in services.items():
         for port in service.get("ports", []):
             published = port if isinstance(port, str) else port.get("host_ip", "")
-            assert str(published).startswith("127.0.0.1"), (name, port)
+            assert name == "caddy" or str(published).startswith("127.0.0.1"), (name, port)
+    targets = {str(p["target"]) if isinstance(p, dict) else p.rsplit(":", 1)[-1].split("/")[0]
+               for p in services["caddy"]["ports"]}  # fmt: skip
+    assert targets == {"443", "80"}
+
+
+def test_one_shot_services_order_the_start_and_volumes_carry_the_state(rendered):
+    services = rendered[0]["services"]
+    for name in ("migrate", "models", "bootstrap"):
+        assert services[name]["restart"] == "no", name
+    # The workers and the web wait for the converted model; the bootstrap
+    # for the migrations.
+    for name in ("web", "gpuworker"):
+        assert services[name]["depends_on"]["models"]["condition"] == (
+            "service_completed_successfully"
+        )
+    assert services["bootstrap"]["depends_on"]["migrate"]["condition"] == (
+        "service_completed_successfully"
+    )
+    mounts = {
+        name: {str(v.get("target", v)) if isinstance(v, dict) else v for v in s.get("volumes", [])}
+        for name, s in services.items()
+    }
+
+    def targets(name: str) -> set[str]:
+        return {m.split(":")[1] if isinstance(m, str) and ":" in m else m for m in mounts[name]}
+
+    assert "/models" in targets("models") and "/models" in targets("gpuworker")
+    assert "/models" in targets("web")
+    assert "/var/cache/gpuworkers/kernels" in targets("gpuworker")
+    env = services["bootstrap"]["environment"]
+    assert env["BOOTSTRAP_API_KEY_FILE"].startswith("/bootstrap/")
+    assert "/bootstrap" in targets("bootstrap")
+
+
+def _seconds(value: str) -> float:
+    match = re.fullmatch(r"(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?", str(value))
+    assert match and any(match.groups()), value
+    return int(match.group(1) or 0) * 60 + float(match.group(2) or 0)
+
+
+def test_grace_periods_outlast_the_drains():
+    """WORKER_DRAIN_SECONDS and WEB_DRAIN_SECONDS (settings) end before SIGKILL."""
+    from django.conf import settings
+
+    config = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]
+    assert _seconds(config["gpuworker"]["stop_grace_period"]) > settings.WORKER_DRAIN_SECONDS
+    assert _seconds(config["web"]["stop_grace_period"]) > settings.WEB_DRAIN_SECONDS
+    assert _seconds(config["celery"]["stop_grace_period"]) > 10
+
+
+def test_platform_env_reaches_every_app_container_but_not_the_secrets(tmp_path):
+    env_file, values = filled_env(tmp_path)
+    tunables = tmp_path / "platform.env"
+    tunables.write_text("LOG_LEVEL=DEBUG\nENGINE_KV_CACHE_MB=96\nREDIS_PASSWORD=from-env-file\n")
+    with env_file.open("a") as handle:
+        handle.write(f"PLATFORM_ENV_FILE={tunables}\n")
+    done = render(env_file)
+    assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(done.stdout)["services"]
+    for name in APP_SERVICES:
+        environment = services[name]["environment"]
+        assert environment["LOG_LEVEL"] == "DEBUG", name
+        assert str(environment["ENGINE_KV_CACHE_MB"]) == "96", name
+    # compose.yaml's own values win over the env file's.
+    assert services["gpuworker"]["environment"]["REDIS_PASSWORD"] == values["REDIS_WORKER_PASSWORD"]
+    assert services["web"]["environment"]["REDIS_PASSWORD"] == values["REDIS_WEB_PASSWORD"]
+
+
+def test_no_cuda_hint_in_a_cpu_only_image():
+    assert "--device cuda" not in (DOCKER / "compose.yaml").read_text()
+    assert "cuda" not in (DOCKER / "Dockerfile").read_text().lower().replace("no cuda build", "")
+
+
+@pytest.mark.skipif(shutil.which("caddy") is None, reason="Debian's caddy is not installed")
+@pytest.mark.parametrize("mode", ["tls", "http-only-behind-proxy"])
+def test_caddyfiles_adapt_and_front_every_web_replica(mode):
+    done = subprocess.run(
+        ["caddy", "adapt", "--adapter", "caddyfile", "--config", f"{mode}.Caddyfile"],
+        cwd=DOCKER / "caddy", capture_output=True, text=True, timeout=30,
+        env={**os.environ, "SITE_ADDRESS": "llm.example.test"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    config = json.loads(done.stdout)
+    text = json.dumps(config)
+    assert '"name": "web"' in text and '"port": "8000"' in text  # dynamic A upstreams
+    if mode == "tls":
+        assert "llm.example.test" in text and '"internal"' in text
+    else:
+        assert "trusted_proxies" in text and '"internal"' not in text
 
 
 def test_healthchecks_and_a_protected_redis(rendered):
@@ -144,12 +242,17 @@ def test_the_web_environment_passes_check_deploy(rendered):
 
 def test_the_image_is_multi_stage_non_root_and_bakes_no_local_state():
     dockerfile = (DOCKER / "Dockerfile").read_text()
-    assert len(re.findall(r"^FROM ", dockerfile, re.M)) == 2
+    assert re.findall(r"^FROM \S+ AS (\w+)", dockerfile, re.M) == ["base", "build", "runtime"]
     assert "COPY --from=build" in dockerfile
     final_stage = dockerfile.split("AS runtime", 1)[1]
     user = re.findall(r"^USER (\S+)", final_stage, re.M)
     assert user and user[-1] not in ("root", "0")
     assert final_stage.index("USER ") < final_stage.index("CMD ")
     assert "HEALTHCHECK" in final_stage and "/healthz" in final_stage
+    # Built in: the hashed lock, Chart.js, the CPU kernels; not the model.
+    build_stage = dockerfile.split("AS build", 1)[1].split("AS runtime", 1)[0]
+    assert "install-locked" in build_stage and "requirements.lock" in build_stage
+    assert "bin/chartjs" in build_stage and "cpu_library()" in build_stage
+    assert "convert_gguf" not in dockerfile
     ignored = set((ROOT / ".dockerignore").read_text().split())
     assert {".venv", "db.sqlite3", ".cache", ".git", "docker/.env"} <= ignored

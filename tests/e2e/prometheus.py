@@ -23,7 +23,9 @@ BINARY = shutil.which("prometheus")
 class Prometheus:
     """``prometheus`` scraping ``jobs`` ({job: [host:port, ...]}) every second."""
 
-    def __init__(self, tmp: Path, port: int, jobs: dict[str, list[str]]):
+    def __init__(
+        self, tmp: Path, port: int, jobs: dict[str, list[str]], rule_files: list[Path] = ()
+    ):
         config = tmp / "prometheus.yml"
         scrape = [
             {"job_name": job, "static_configs": [{"targets": targets}]}
@@ -31,7 +33,8 @@ class Prometheus:
         ]
         # JSON is YAML: no YAML library needed.
         document = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"}}
-        config.write_text(json.dumps({**document, "scrape_configs": scrape}))
+        rules = {"rule_files": [str(path) for path in rule_files]} if rule_files else {}
+        config.write_text(json.dumps({**document, **rules, "scrape_configs": scrape}))
         self.url = f"http://127.0.0.1:{port}"
         self.log = tmp / "prometheus.log"
         self.process = subprocess.Popen(

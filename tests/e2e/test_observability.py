@@ -28,16 +28,17 @@ from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from billing.models import UsageRecord
-from gpuworkers.metrics import TTFT_BUCKETS
 from tests.e2e import conftest as e2e
 from tests.e2e.prometheus import BINARY, Prometheus, finite, quantile_bounds
 from tests.gpuworkers.test_metrics import VLLM_SAMPLES
+from wire.buckets import TTFT_BUCKETS
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = settings.DEMO_MODEL_NAME
 DASHBOARD = ROOT / "docker" / "grafana" / "dashboards" / "llm-platform.json"
+ALERTS = ROOT / "docker" / "prometheus" / "alerts.yml"
 
 
 @dataclass
@@ -195,7 +196,10 @@ async def _traffic(observed: Observed) -> tuple[dict[str, float], dict[str, int]
 def test_prometheus_reports_the_ttft_and_the_429s_the_test_saw(observed, tmp_path):
     workers = {address: worker_id for worker_id, address in observed.workers.items()}
     prometheus = Prometheus(
-        tmp_path, e2e.free_port(), {"web": [observed.web], "gpuworker": list(workers)}
+        tmp_path,
+        e2e.free_port(),
+        {"web": [observed.web], "gpuworker": list(workers)},
+        rule_files=[ALERTS],
     )
     try:
         # Both workers' histograms scraped at zero before any traffic: the
@@ -237,6 +241,13 @@ def test_prometheus_reports_the_ttft_and_the_429s_the_test_saw(observed, tmp_pat
         # A mixture's median lies between its components' medians.
         assert min(per_worker.values()) - 1e-9 <= overall <= max(per_worker.values()) + 1e-9
 
+        _dashboard_queries_run(prometheus, at)
+        # The alert rules' recording rule: the web's TTFT p95 for the pro tier.
+        prometheus.wait_until(
+            'llmp:ttft_seconds:p95_5m{tier="pro"}',
+            lambda r: len(r) == 1 and 0 < float(r[0]["value"][1]) < 60,
+        )
+        _spec_decode_counters_move(observed, prometheus)
         # What the clients timed: each first token reached them after the
         # worker produced it, and not much later (the web's first request also
         # loads the tokenizer: seconds on this shared 2-core machine).
@@ -247,9 +258,37 @@ def test_prometheus_reports_the_ttft_and_the_429s_the_test_saw(observed, tmp_pat
             server[r] for r in client_ttft
         )
 
-        _dashboard_queries_run(prometheus, at)
     finally:
         prometheus.stop()
+
+
+def _spec_decode_counters_move(observed: Observed, prometheus: Prometheus) -> None:
+    """A reply that repeats its prompt drafts: vLLM's spec-decode counters grow in a scrape."""
+    names = ("drafts", "draft_tokens", "accepted_tokens")
+    queries = {n: f"sum(vllm:spec_decode_num_{n}_total)" for n in names}
+    before = {n: float(prometheus.query(q)[0]["value"][1]) for n, q in queries.items()}
+    words = "red green blue yellow " * 6
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"Repeat these words, over and over: {words}"}],
+        "max_tokens": 24,
+        "temperature": 0,
+    }
+    auth = {"Authorization": f"Bearer {observed.keys['pro']}"}
+    response = httpx.post(
+        f"{observed.base}/v1/chat/completions", json=body, headers=auth, timeout=120
+    )
+    assert response.status_code == 200, response.text
+    result, _ = prometheus.wait_until(
+        queries["drafts"], lambda r: float(r[0]["value"][1]) > before["drafts"]
+    )
+    after = {n: float(prometheus.query(q)[0]["value"][1]) for n, q in queries.items()}
+    assert after["draft_tokens"] - before["draft_tokens"] >= after["drafts"] - before["drafts"] > 0
+    assert (
+        0
+        <= after["accepted_tokens"] - before["accepted_tokens"]
+        <= (after["draft_tokens"] - before["draft_tokens"])
+    )
 
 
 def _records(observed: Observed, expected: int) -> list[UsageRecord]:

@@ -30,6 +30,19 @@ VLLM_SAMPLES = (
     "vllm:inter_token_latency_seconds_bucket",
     "vllm:e2e_request_latency_seconds_bucket",
     "vllm:request_queue_time_seconds_bucket",
+    # Issue 32: vLLM's remaining core series.
+    "vllm:request_time_per_output_token_seconds_bucket",
+    "vllm:request_prefill_time_seconds_bucket",
+    "vllm:request_decode_time_seconds_bucket",
+    "vllm:request_inference_time_seconds_bucket",
+    "vllm:request_prompt_tokens_bucket",
+    "vllm:request_generation_tokens_bucket",
+    "vllm:iteration_tokens_total_bucket",
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_draft_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+    "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+    "vllm:cache_config_info",
 )
 
 
@@ -128,6 +141,71 @@ async def test_a_serving_worker_exposes_vllm_metrics_that_count_its_requests(ser
     # The histogram holds the TTFT the usage record gets (ms, rounded).
     ttft = sum(t["metrics"]["ttft_ms"] for t in terminals) / 1000
     assert delta["vllm:time_to_first_token_seconds_sum"] == pytest.approx(ttft, abs=0.002)
+    # Per request: its phases and token counts, one observation each.
+    for histogram in ("prefill_time", "decode_time", "inference_time", "time_per_output_token"):
+        assert delta[f"vllm:request_{histogram}_seconds_count"] == 2, histogram
+    assert delta["vllm:request_prompt_tokens_sum"] == 2 * len(prompt)
+    assert delta["vllm:request_generation_tokens_sum"] == generated
+    assert delta["vllm:request_generation_tokens_count"] == 2
+    # Each request's inference time is its prefill plus its decode time.
+    assert delta["vllm:request_inference_time_seconds_sum"] == pytest.approx(
+        delta["vllm:request_prefill_time_seconds_sum"]
+        + delta["vllm:request_decode_time_seconds_sum"]
+    )
+    # Every token an engine step computed, once: prompts less their cached
+    # prefix, and the generated tokens.
+    assert delta["vllm:iteration_tokens_total_sum"] == 2 * len(prompt) - cached + generated
+    (info,) = [k for k in before if k.startswith("vllm:cache_config_info")]
+    assert "[block_size=16]" in info and "[enable_prefix_caching=True]" in info, info
+
+
+@pytest.mark.asyncio
+async def test_speculative_decoding_counters_follow_the_engine(serve, prompt_ids, engine):
+    """A reply that repeats its prompt drafts by n-gram lookup: vLLM's
+    spec-decode counters grow by what the engine verified and accepted."""
+    bus, worker_bus = make_buses("memory")
+    loop = serve(worker_bus)
+    probes = ProbeServer(lambda: loop_status(loop), host="127.0.0.1", port=0).start()
+    url = f"http://127.0.0.1:{probes.port}/metrics"
+    try:
+        before = _samples(_get(url)[1], MODEL)
+        spec_before = engine.stats()
+        words = "red green blue yellow " * 6
+        prompt = prompt_ids(f"Repeat these words exactly, over and over: {words}")
+        request = GenerationRequest(
+            response_id=uid("resp"),
+            model=MODEL,
+            prompt_token_ids=prompt,
+            sampling={"max_tokens": 24, "temperature": 0.0, "ignore_eos": True},
+        )
+        assert (await _run(bus, request))[-1]["type"] == "completed"
+        spec = {
+            k: engine.stats()[k] - spec_before[k]
+            for k in ("spec_verifications", "spec_draft_tokens", "spec_accepted_tokens")
+        }
+
+        def grown() -> dict[str, float] | None:
+            after = _samples(_get(url)[1], MODEL)
+            delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
+            done = delta["vllm:spec_decode_num_drafts_total"] >= spec["spec_verifications"]
+            return delta if done else None
+
+        delta = wait_until(grown, timeout=10, message="spec-decode counters scraped")
+    finally:
+        probes.stop()
+        await bus.close()
+    assert spec["spec_verifications"] > 0, "the repeated words never drafted"
+    assert delta["vllm:spec_decode_num_drafts_total"] == spec["spec_verifications"]
+    assert delta["vllm:spec_decode_num_draft_tokens_total"] == spec["spec_draft_tokens"]
+    assert delta["vllm:spec_decode_num_accepted_tokens_total"] == spec["spec_accepted_tokens"]
+    per_pos = [
+        delta.get(f"vllm:spec_decode_num_accepted_tokens_per_pos_total[position={i}]", 0.0)
+        for i in range(engine.config.num_speculative_tokens)
+    ]
+    # Accepted tokens counted by position add up; a later position is
+    # accepted only after every earlier one.
+    assert sum(per_pos) == spec["spec_accepted_tokens"]
+    assert per_pos == sorted(per_pos, reverse=True)
 
 
 def test_engine_counters_count_growth_and_survive_a_reset():

@@ -106,6 +106,12 @@ async def test_a_streamed_response_is_counted_once_with_its_lags(worker_factory,
         before, "llmp_streams_open", model=DEMO
     )
     assert grew("llmp_relay_lag_seconds_count", model=DEMO) == 1
+    # By tier and model: the first token as the relay read it, and the
+    # queue wait the worker reported (1.4 ms, the scripted terminal's).
+    assert grew("llmp_time_to_first_token_seconds_count", tier="pro", model=DEMO) == 1
+    assert 0 < grew("llmp_time_to_first_token_seconds_sum", tier="pro", model=DEMO) < 5
+    assert grew("llmp_queue_wait_seconds_count", tier="pro", model=DEMO) == 1
+    assert grew("llmp_queue_wait_seconds_sum", tier="pro", model=DEMO) == pytest.approx(0.0014)
     assert grew("llmp_usage_settlement_lag_seconds_count", model=DEMO) == 1
     # The settlement includes the relay's part, and both are short here.
     settle_sum = grew("llmp_usage_settlement_lag_seconds_sum", model=DEMO)

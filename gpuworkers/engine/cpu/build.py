@@ -35,6 +35,9 @@ COMPILE_FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-s
 LINK_FLAGS = ["-shared", "-fopenmp", "-lm"]
 ENV_SWITCH = "GPUWORKERS_CPU_KERNELS"
 ENV_CACHE = "GPUWORKERS_KERNEL_CACHE"
+# Seconds one compile may take (about 25 s for the slowest file on an idle
+# core); an image build on a busy host sets more (docker/Dockerfile).
+ENV_TIMEOUT = "GPUWORKERS_KERNEL_BUILD_TIMEOUT"
 
 _lock = threading.Lock()
 _loaded: dict[str, object] = {}
@@ -102,7 +105,8 @@ def _build(compiler: str) -> Path:
 
 
 def _run(command: list[str]) -> None:
-    subprocess.run(command, check=True, capture_output=True, text=True, timeout=120)
+    timeout = float(os.environ.get(ENV_TIMEOUT) or 120)
+    subprocess.run(command, check=True, capture_output=True, text=True, timeout=timeout)
 
 
 def _load() -> object | None:

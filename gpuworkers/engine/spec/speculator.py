@@ -49,6 +49,8 @@ class Speculator:
         self.num_verifications = 0
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
+        # Verifications whose draft at each position (0: the first) was accepted.
+        self.accepted_per_pos = [0] * config.num_speculative_tokens
 
     def step_allows(self, num_decodes: int) -> bool:
         """Whether a step with ``num_decodes`` decoding sequences drafts at all."""
@@ -128,6 +130,8 @@ class Speculator:
         self.num_verifications += 1
         self.num_draft_tokens += drafted
         self.num_accepted_tokens += accepted
+        for position in range(accepted):
+            self.accepted_per_pos[position] += 1
         state = seq.spec
         state.record(drafted, accepted, RATE_DECAY)
         if state.recent_rate < self.config.speculative_min_acceptance:
@@ -139,4 +143,5 @@ class Speculator:
             "spec_verifications": self.num_verifications,
             "spec_draft_tokens": self.num_draft_tokens,
             "spec_accepted_tokens": self.num_accepted_tokens,
+            "spec_accepted_per_pos": list(self.accepted_per_pos),
         }

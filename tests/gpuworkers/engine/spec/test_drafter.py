@@ -110,7 +110,12 @@ def test_a_sequence_with_poor_acceptance_backs_off_then_retries():
         "spec_verifications": 5,
         "spec_draft_tokens": 20,
         "spec_accepted_tokens": 0,
+        "spec_accepted_per_pos": [0, 0, 0, 0],
     }
+    # vLLM's per-position counts: a verification keeping 2 of 4 drafts
+    # counts positions 0 and 1.
+    speculator.record(seq, drafted=4, accepted=2)
+    assert speculator.stats()["spec_accepted_per_pos"] == [1, 1, 0, 0]
 
 
 def test_plan_verifies_every_draft_of_a_small_batch():
