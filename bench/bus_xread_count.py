@@ -29,7 +29,7 @@ import redis
 from wire.bus.redis_bus import RedisBus, RedisWorkerBus
 from wire.events import EventType, created_event, delta_event, terminal_event
 
-POLL_MS = 300  # inference.dispatch.POLL_MS
+POLL_MS = 300  # inference.relay.dispatch.POLL_MS
 
 
 def _free_port() -> int:

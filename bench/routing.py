@@ -3,7 +3,7 @@
     python -m bench.routing [--conversations N] [--turns N] [--hot-requests N]
 
 Three ``manage.py gpuworker`` subprocesses serve the demo model from Redis.
-The driver dispatches through ``inference.dispatch.dispatch_request`` (the
+The driver dispatches through ``inference.relay.dispatch.dispatch_request`` (the
 web tier's own routing code, no HTTP) with ``FLEET_ROUTING_POLICY`` set per
 phase, and reads each response's terminal event:
 
@@ -186,8 +186,8 @@ class Driver:
 
     async def ask(self, messages: list[dict], routing_key: str) -> Result:
         from gpuworkers.engine.sampling_params import SamplingParams
-        from gpuworkers.engine.tokenizer import apply_chat_template
-        from inference.dispatch import dispatch_request, stream_events
+        from inference.relay.dispatch import dispatch_request, stream_events
+        from tokenization.tokenizer import apply_chat_template
         from wire.events import EventType
         from wire.requests import GenerationRequest
 
@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_django(args)
     from bench.peers.launch import machine_info
     from gpuworkers.engine.convert_gguf import ensure_demo_model
-    from gpuworkers.engine.tokenizer import load_tokenizer
+    from tokenization.tokenizer import load_tokenizer
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     started = time.time()
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         progress("interrupted: workers stopped, nothing written")
         return 130
     summary = {
-        "driver": "inference.dispatch over the Redis bus, no HTTP; 3 gpuworker processes",
+        "driver": "inference.relay.dispatch over the Redis bus, no HTTP; 3 gpuworker processes",
         "model": args.model,
         "shape": {k: v for k, v in vars(args).items() if k not in ("out", "redis_url")},
         "machine": machine_info(load_before),

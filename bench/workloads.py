@@ -155,7 +155,7 @@ PASSAGE = (
 
 def repetition_prompt(tokenizer) -> list[int]:
     """A chat prompt asking to repeat the passage with one edit."""
-    from gpuworkers.engine.tokenizer import apply_chat_template
+    from tokenization.tokenizer import apply_chat_template
 
     message = (
         "Repeat the following passage exactly, but write 'lamp' instead of 'lantern':\n\n" + PASSAGE
@@ -170,7 +170,7 @@ def build_edit_workload(tokenizer, shape: WorkloadShape, *, vocab_size: int, see
     through the model's chat template, so unlike the random prompts of
     ``build_workload`` the prompt's wording matters; outputs are still
     ``shape``'s lengths, greedy with ``ignore_eos``."""
-    from gpuworkers.engine.tokenizer import apply_chat_template
+    from tokenization.tokenizer import apply_chat_template
 
     rng = random.Random(seed)
     passages = [line.strip() for line in EDIT_PASSAGES.read_text().splitlines() if line.strip()]

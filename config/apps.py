@@ -6,7 +6,7 @@ class PlatformConfig(AppConfig):
 
     Lower layers never import higher ones, so what they need from above is
     handed in here: where the bus is (``wire.bus``) and how to start the
-    embedded worker (``inference.dispatch``).
+    embedded worker (``inference.relay.dispatch``).
     """
 
     name = "config"
@@ -16,7 +16,7 @@ class PlatformConfig(AppConfig):
         from django.conf import settings
 
         from config import embedded
-        from inference.dispatch import embedded_worker_register
+        from inference.relay.dispatch import embedded_worker_register
         from wire.bus import BusConfig, configure
 
         configure(

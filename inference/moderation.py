@@ -28,10 +28,10 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import DatabaseError
 
-from inference.dispatch import cancel_request
+from inference.api.schemas import ChatCompletionRequest
 from inference.errors import ContentPolicyViolation, ModelNotFound
-from inference.relay import Guard, ResponseRoute, spawn
-from inference.schemas import ChatCompletionRequest
+from inference.relay.dispatch import cancel_request
+from inference.relay.tap import Guard, ResponseRoute, spawn
 from safety import selectors as safety_selectors
 from safety.checks import CLASSIFIER, DENY_LIST, PII, Finding
 from safety.checks.classifier import profanity_model

@@ -5,7 +5,7 @@ The served-model catalog is the fleet's (``fleet.selectors``).
 
 from django.core.cache import cache
 
-from inference.relay import ResponseRoute, route_cache_key
+from inference.relay.tap import ResponseRoute, route_cache_key
 
 
 async def response_route_get(*, response_id: str, tenant_id: int) -> ResponseRoute | None:

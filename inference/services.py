@@ -1,7 +1,7 @@
 """The request path up to the bus: admission, dispatch, usage.
 
 ``chat_completion_start`` is the one call an endpoint makes: model access,
-prompt preparation (``inference.prompts``: chat template, context cap,
+prompt preparation (``inference.prompts.prepare``: chat template, context cap,
 output cap), dispatch to a worker, then a ``ResponseTap`` that reads the
 response's events and settles its usage whether or not the client stays
 connected. Checks that must run
@@ -32,26 +32,27 @@ from fleet.fallback import db_mark_down, db_marked_down
 from fleet.models import ServedModel
 from fleet.routing import conversation_routing_key
 from fleet.selectors import catalog_model_get
-from inference import drain, metrics
-from inference.admission import QueueWaitExceeded
-from inference.dispatch import NoWorkerAvailable, dispatch_request
-from inference.errors import (
-    APIError,
-    ModelNotFound,
-    NotFound,
-    ServiceUnavailable,
-)
-from inference.limits import (
+from inference import metrics
+from inference.admission import drain
+from inference.admission.limits import (
     Admission,
     LeaseKeeper,
     limits_admit,
     limits_release,
     limits_settle,
 )
+from inference.admission.queue_wait import QueueWaitExceeded
+from inference.api.schemas import ChatCompletionRequest
+from inference.errors import (
+    APIError,
+    ModelNotFound,
+    NotFound,
+    ServiceUnavailable,
+)
 from inference.moderation import PromptSafety, policy_get, prompt_screen, reply_guard
-from inference.prompts import PreparedPrompt, PromptPreparer, chat_prompt_prepare
-from inference.relay import ResponseRoute, ResponseTap, UsageSummary, route_cache_key
-from inference.schemas import ChatCompletionRequest
+from inference.prompts.prepare import PreparedPrompt, PromptPreparer, chat_prompt_prepare
+from inference.relay.dispatch import NoWorkerAvailable, dispatch_request
+from inference.relay.tap import ResponseRoute, ResponseTap, UsageSummary, route_cache_key
 from inference.selectors import response_route_get
 from tenants.models import ApiKey, Tenant
 from tenants.ratelimit import Ticket

@@ -23,7 +23,7 @@ import environ
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]
 env = environ.Env()
 
 
@@ -401,7 +401,7 @@ DEMO_API_KEY_FILE = os.environ.get("DEMO_API_KEY_FILE", str(BASE_DIR / ".cache" 
 # when there is no Redis, since nothing else could serve requests then.
 EMBEDDED_ENGINE = env_bool("EMBEDDED_ENGINE", REDIS_URL is None)
 # Load the active models' tokenizers when a web process starts, not on the
-# first requests (inference.warmup). The tests turn it off: their in-process
+# first requests (inference.prompts.warmup). The tests turn it off: their in-process
 # ASGI app must not touch the database from a thread of its own.
 WEB_WARM_TOKENIZERS = env_bool("WEB_WARM_TOKENIZERS", True)
 ENGINE_DTYPE = os.environ.get("ENGINE_DTYPE", "bfloat16")
@@ -425,12 +425,12 @@ WORKER_HEARTBEAT_TTL = env_int("WORKER_HEARTBEAT_TTL", 6)
 WORKER_DRAIN_SECONDS = env_int("WORKER_DRAIN_SECONDS", 30)
 # Seconds a web (Daphne) process on SIGTERM lets its open responses stream
 # on before it ends them with a server_shutdown error and exits
-# (inference.drain, config.shutdown).
+# (inference.admission.drain, config.shutdown).
 WEB_DRAIN_SECONDS = env_int("WEB_DRAIN_SECONDS", 30)
 # How long a finished response's event stream stays readable for resumes.
 RESPONSE_STREAM_TTL = env_int("RESPONSE_STREAM_TTL", 600)
 # Seconds a response stream may go without any event before the web tier
-# aborts it and ends it failed (inference.dispatch.stream_events).
+# aborts it and ends it failed (inference.relay.dispatch.stream_events).
 STREAM_IDLE_TIMEOUT = env_int("STREAM_IDLE_TIMEOUT", 300)
 
 # Fleet (fleet/): the versioned control snapshot in Redis, how often each

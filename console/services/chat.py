@@ -28,11 +28,11 @@ from billing.models import UsageRecord
 from console import selectors
 from console.models import Conversation, Message
 from console.protocol import client_frame
-from inference.dispatch import cancel_request, stream_events
+from inference.api.schemas import ChatCompletionRequest
 from inference.errors import InvalidRequest, NotFound, ServiceUnavailable
 from inference.moderation import policy_get, reply_guard
-from inference.relay import ResponseTap, spawn
-from inference.schemas import ChatCompletionRequest
+from inference.relay.dispatch import cancel_request, stream_events
+from inference.relay.tap import ResponseTap, spawn
 from inference.services import completion_start
 from tenants.models import Tenant
 from wire.bus import BusUnavailable, get_bus

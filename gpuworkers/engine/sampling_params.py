@@ -97,7 +97,7 @@ class SamplingParams:
         self._check_lists()
         if self.structured_output is not None:
             # Imported here: structured.spec raises InvalidSamplingParams.
-            from gpuworkers.engine.structured.spec import normalize
+            from sampling_rules.structured import normalize
 
             self.structured_output = normalize(self.structured_output)
         if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:

@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
-from inference import relay
 from inference.errors import ServiceUnavailable
+from inference.relay import tap as relay
 
 logger = logging.getLogger(__name__)
 

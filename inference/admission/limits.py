@@ -33,8 +33,8 @@ from billing.services import (
 )
 from fleet.fallback import db_mark_down, db_marked_down
 from inference import metrics
+from inference.api.openai_format import UsageSummary
 from inference.errors import InsufficientQuota, ServiceUnavailable, rate_limit_error
-from inference.openai_format import UsageSummary
 from tenants.models import ApiKey, Tenant
 from tenants.ratelimit import (
     Decision,

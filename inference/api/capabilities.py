@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from fleet.models import ServedModel
 from fleet.selectors import served_model_dir
-from gpuworkers.engine.tokenizer import load_tokenizer
 from inference.errors import InvalidRequest
 from inference.tool_calls.template import tools_template
+from tokenization.tokenizer import load_tokenizer
 
 # Served for every model by this request path.
 BASE_FEATURES = ("chat", "completions", "responses", "logprobs", "json_schema")

@@ -22,19 +22,19 @@ from pydantic import Field, create_model, field_validator, model_validator
 
 from fleet.models import ServedModel
 from fleet.selectors import catalog_model_get, served_model_dir
-from gpuworkers.engine.tokenizer import load_tokenizer
 from inference import services
-from inference.completions_format import CompletionFrames, PromptEcho, completion_result
+from inference.api.completions_format import CompletionFrames, PromptEcho, completion_result
+from inference.api.schemas import ENCODABLE, ChatCompletionRequest, StrictSchema, TokenId
+from inference.api.sse import RESUMABLE_HEADER, stream_response, wants_resumable
 from inference.errors import InvalidRequest
-from inference.multitap import MultiTap
-from inference.prompts import PreparedPrompt, output_bound
-from inference.relay import failed_error, release_db_connection
-from inference.sampling import sampling_for
-from inference.schemas import ENCODABLE, ChatCompletionRequest, StrictSchema, TokenId
-from inference.sse import RESUMABLE_HEADER, stream_response, wants_resumable
+from inference.prompts.prepare import PreparedPrompt, output_bound
+from inference.prompts.sampling import sampling_for
+from inference.relay.multitap import MultiTap
+from inference.relay.tap import failed_error, release_db_connection
+from sampling_rules.limits import MAX_N, MAX_TOP_LOGPROBS
 from tenants.models import ApiKey, Tier
+from tokenization.tokenizer import load_tokenizer
 from wire.events import TERMINAL_EVENTS, EventType
-from wire.limits import MAX_N, MAX_TOP_LOGPROBS
 
 # OpenAI's (and vLLM's) default for the legacy endpoint: 16 tokens.
 DEFAULT_MAX_TOKENS = 16

@@ -1,6 +1,6 @@
 """Bus events -> OpenAI ``text_completion`` payloads (``/v1/completions``).
 
-Reads the merged stream of ``inference.multitap.MultiTap`` (choices carry
+Reads the merged stream of ``inference.relay.multitap.MultiTap`` (choices carry
 their ``prompt_index``). Logprobs use the legacy shape: ``tokens``,
 ``token_logprobs``, ``top_logprobs`` (token -> logprob, the sampled token
 included) and ``text_offset`` (characters from the start of the choice's
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference.openai_format import UsageLedger, cancelled_error, stream_chunk, token_logprobs
+from inference.api.openai_format import UsageLedger, cancelled_error, stream_chunk, token_logprobs
 from wire.events import TERMINAL_EVENTS, EventType
 
 

@@ -10,12 +10,13 @@ from django.http import HttpRequest
 from ninja import Header, NinjaAPI, Router
 
 from fleet.selectors import served_model_get, served_model_list
-from inference import completions, moderation, relay, responses_api, services, sse
-from inference.auth import api_key_auth
-from inference.capabilities import model_features
-from inference.errors import ModelNotFound, install_error_handlers
-from inference.moderation_schemas import ModerationRequest, ModerationResponse
-from inference.schemas import (
+from inference import moderation, services
+from inference.api import completions, sse
+from inference.api import responses as responses_api
+from inference.api.auth import api_key_auth
+from inference.api.capabilities import model_features
+from inference.api.moderation_schemas import ModerationRequest, ModerationResponse
+from inference.api.schemas import (
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -23,6 +24,8 @@ from inference.schemas import (
     ModelList,
     ModelObject,
 )
+from inference.errors import ModelNotFound, install_error_handlers
+from inference.relay import tap as relay
 
 OWNED_BY = "llm-platform"
 ERRORS = {code: ErrorResponse for code in (400, 401, 403, 404, 413, 429, 500, 503)}
@@ -71,7 +74,7 @@ def _model_object(model) -> dict:
         "object": "model",
         "created": int(model.created_at.timestamp()),
         "owned_by": OWNED_BY,
-        # vLLM's name for the context length; features: inference.capabilities.
+        # vLLM's name for the context length; features: inference.api.capabilities.
         "max_model_len": model.context_length,
         "features": model_features(model),
     }

@@ -4,7 +4,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from inference.schemas import StrictSchema, Text
+from inference.api.schemas import StrictSchema, Text
 
 # OpenAI takes up to 32 inputs a request.
 MAX_INPUTS = 32

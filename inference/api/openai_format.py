@@ -147,7 +147,7 @@ class ChunkStream:
     (vLLM's ``bench serve`` and OpenAI's own stream both put it there), so a
     role chunk sent at admission would report queueing, not prefill, as
     time to first token. The stream is not silent meanwhile: SSE
-    keep-alive comments run from the start (``inference.sse``).
+    keep-alive comments run from the start (``inference.api.sse``).
     """
 
     response_id: str

@@ -25,11 +25,11 @@ from django.http import JsonResponse
 from pydantic import Field, field_validator
 
 from inference import services
+from inference.api.openai_format import CompletionBuilder
+from inference.api.schemas import ENCODABLE, ChatCompletionRequest, StrictSchema
+from inference.api.sse import stream_response
 from inference.errors import InvalidRequest
-from inference.openai_format import CompletionBuilder
-from inference.relay import ResponseTap, failed_error, release_db_connection
-from inference.schemas import ENCODABLE, ChatCompletionRequest, StrictSchema
-from inference.sse import stream_response
+from inference.relay.tap import ResponseTap, failed_error, release_db_connection
 from tenants.models import ApiKey
 from wire.events import TERMINAL_EVENTS, EventType
 

@@ -21,7 +21,7 @@ from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_v
 from inference.errors import InvalidRequest
 from inference.tool_calls.checks import messages_check, tools_check
 from inference.tool_calls.schemas import MAX_TOOLS, ToolCall, ToolChoice, ToolDefinition
-from wire.limits import (
+from sampling_rules.limits import (
     LOGIT_BIAS_RANGE,
     MAX_BAD_WORD_CHARS,
     MAX_BAD_WORDS,
@@ -229,7 +229,7 @@ class ChatCompletionRequest(StrictSchema):
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
 
 
-# Responses (documentation; built as plain dicts by inference.relay).
+# Responses (documentation; built as plain dicts by inference.relay.tap).
 
 
 class TopLogprob(Schema):

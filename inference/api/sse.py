@@ -20,9 +20,9 @@ from typing import Any, Protocol
 
 from django.http import StreamingHttpResponse
 
+from inference.api.openai_format import ChunkStream
 from inference.errors import InvalidRequest
-from inference.openai_format import ChunkStream
-from inference.relay import (
+from inference.relay.tap import (
     ResponseTap,
     failed_error,
     release_db_connection,

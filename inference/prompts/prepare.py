@@ -5,7 +5,7 @@ tokenizer, then the output bound every endpoint shares (``output_bound``),
 so a prompt over the context cap is a 400 before anything is counted or
 dispatched. ``completion_start`` takes the preparer to use
 (``PromptPreparer``): ``chat_prompt_prepare`` for chat and the Responses
-API, ``inference.completions`` its own for raw text and token ids.
+API, ``inference.api.completions`` its own for raw text and token ids.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import jinja2
 
 from fleet.models import ServedModel
 from fleet.selectors import served_model_dir
-from gpuworkers.engine.tokenizer import load_tokenizer
+from inference.api.schemas import ChatCompletionRequest
 from inference.errors import ContextLengthExceeded, InvalidRequest
-from inference.sampling import sampling_for
-from inference.schemas import ChatCompletionRequest
+from inference.prompts.sampling import sampling_for
 from inference.tool_calls.setup import tool_setup
 from inference.tool_calls.template import prompt_render, template_messages
 from tenants.models import Tier
+from tokenization.tokenizer import load_tokenizer
 
 
 @dataclass(slots=True)

@@ -12,8 +12,8 @@ import dataclasses
 from typing import Any
 
 from gpuworkers.engine.sampling_params import InvalidSamplingParams, SamplingParams
+from inference.api.schemas import ChatCompletionRequest
 from inference.errors import InvalidRequest
-from inference.schemas import ChatCompletionRequest
 
 
 def sampling_for(

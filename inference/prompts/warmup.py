@@ -1,6 +1,6 @@
 """Load the active models' tokenizers when the web process starts.
 
-The web tier tokenizes every prompt itself (``inference.prompts``), and the
+The web tier tokenizes every prompt itself (``inference.prompts.prepare``), and the
 first load of a tokenizer takes seconds (transformers' import, then the
 tokenizer files), under a lock every request arriving meanwhile waits on.
 Left to the first request, a burst of 24 chats against a fresh Daphne
@@ -16,7 +16,7 @@ import threading
 from django.db import connection
 
 from fleet.selectors import served_model_dir, served_model_list_active
-from gpuworkers.engine.tokenizer import load_tokenizer
+from tokenization.tokenizer import load_tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from opentelemetry.trace import SpanKind
 from fleet.router import Policy, RouteDecision, route
 from fleet.shadow import shadow_maybe
 from fleet.snapshot import asnapshot_current
-from inference.admission import admission_check
+from inference.admission.queue_wait import admission_check
 from wire import logs
 from wire.bus import Bus, BusUnavailable, get_bus
 from wire.events import (

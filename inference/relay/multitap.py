@@ -16,7 +16,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from inference.relay import ResponseRoute, ResponseTap, spawn
+from inference.relay.tap import ResponseRoute, ResponseTap, spawn
 from wire.events import TERMINAL_EVENTS, EventType, usage_body
 
 

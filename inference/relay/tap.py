@@ -6,7 +6,7 @@ queue. The task does not belong to the HTTP request, so a client that
 disconnects still gets its usage recorded: the relay asks the worker to
 abort and the tap records the tokens of the ``cancelled`` ending.
 
-Rendering for the client is ``inference.sse`` (streams) or
+Rendering for the client is ``inference.api.sse`` (streams) or
 ``completion_response`` below (one JSON body).
 
 Each tap is a ``relay`` span (a child of the HTTP request's, whose context
@@ -28,10 +28,10 @@ from django.db import connections
 from django.http import JsonResponse
 
 from inference import metrics
-from inference.dispatch import cancel_request, stream_events
+from inference.admission.limits import LeaseKeeper
+from inference.api.openai_format import CompletionBuilder, UsageLedger, UsageSummary
 from inference.errors import APIError, InvalidRequest, ServerError, ServiceUnavailable
-from inference.limits import LeaseKeeper
-from inference.openai_format import CompletionBuilder, UsageLedger, UsageSummary
+from inference.relay.dispatch import cancel_request, stream_events
 from inference.tool_calls.output import with_tool_calls
 from wire.events import TERMINAL_EVENTS, EventType, error_body, terminal_event, usage_body
 from wire.tracing import tracer
@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 # weak references, and a collected task would drop a usage record.
 _background: set[asyncio.Task] = set()
 # The taps still reading their response's events: what a graceful shutdown
-# waits for, and ends at its deadline (inference.drain).
+# waits for, and ends at its deadline (inference.admission.drain).
 _open_taps: set[ResponseTap] = set()
 
 

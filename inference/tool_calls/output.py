@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from inference.openai_format import ChunkStream, CompletionBuilder
+from inference.api.openai_format import ChunkStream, CompletionBuilder
 from inference.tool_calls.extractor import ToolCallExtractor, merge_tool_calls
 from inference.tool_calls.setup import ToolParsing
 from wire.events import EventType

@@ -14,8 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpuworkers.engine.tokenizer import apply_chat_template
 from inference.errors import InvalidRequest
+from tokenization.tokenizer import apply_chat_template
 
 # OpenAI's newer name for "system"; templates know only the older one.
 _TEMPLATE_ROLES = {"developer": "system"}

@@ -25,7 +25,7 @@ from billing.services import (
     usage_record_create,
 )
 from billing.services.budgets import BudgetExhausted, _reserve_sync, account_name
-from inference import relay
+from inference.relay import tap as relay
 from tests.billing.conftest import MODEL
 from tests.inference.asgi_client import asgi_post, sdk_client, sse_events
 from tests.inference.conftest import DEMO, ScriptedWorker

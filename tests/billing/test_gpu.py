@@ -13,10 +13,10 @@ from django.utils import timezone
 from billing.models import GpuUsageSample, UsageRecord
 from billing.selectors.reports import gpu_cost_report, gpu_cost_totals
 from billing.services import gpu_usage_sample, usage_record_create
-from inference.dispatch import cancel_request, dispatch_request, stream_events
-from tests.gpuworkers.buses import make_buses, uid
+from inference.relay.dispatch import cancel_request, dispatch_request, stream_events
 from tests.gpuworkers.conftest import MODEL
 from tests.helpers import wait_until
+from tests.wire.bus.buses import make_buses, uid
 from wire.requests import GenerationRequest
 from wire.workers import WorkerInfo, WorkerState
 

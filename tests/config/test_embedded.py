@@ -6,8 +6,8 @@ import pytest
 
 from config import embedded as embedded_setup
 from gpuworkers import embedded
-from inference.dispatch import dispatch_request, stream_events
-from tests.gpuworkers.buses import uid
+from inference.relay.dispatch import dispatch_request, stream_events
+from tests.wire.bus.buses import uid
 from wire.bus import get_bus, reset_buses
 from wire.requests import GenerationRequest
 from wire.workers import WorkerState
@@ -29,7 +29,7 @@ def embedded_settings(settings):
 async def test_first_dispatch_starts_the_embedded_engine_once(embedded_settings):
     """dispatch_request loads and warms the demo model in a thread, then reuses it."""
     from gpuworkers.engine.convert_gguf import ensure_demo_model
-    from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
+    from tokenization.tokenizer import apply_chat_template, load_tokenizer
 
     tokenizer = load_tokenizer(str(ensure_demo_model()))
     prompt = apply_chat_template(tokenizer, [{"role": "user", "content": "Hi!"}])

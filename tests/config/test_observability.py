@@ -22,7 +22,7 @@ from asgiref.sync import sync_to_async
 from opentelemetry.trace import SpanKind
 
 from gpuworkers.worker import WorkerLoop
-from inference import relay
+from inference.relay import tap as relay
 from tests.gpuworkers.conftest import engine
 from tests.helpers import async_wait_until
 from tests.inference.asgi_client import asgi_post, sse_events
@@ -55,7 +55,7 @@ def json_log():
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logs.formatter("json"))
-    logger = logging.getLogger("inference.relay")
+    logger = logging.getLogger("inference.relay.tap")
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)

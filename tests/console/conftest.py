@@ -22,7 +22,6 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.contrib.sessions.backends.db import SessionStore
 
 from fleet.selectors import served_model_dir
-from gpuworkers.engine.tokenizer import load_tokenizer
 from tests.inference.conftest import (  # noqa: F401  (fixtures)
     DEMO,
     close_db_threads,
@@ -30,6 +29,7 @@ from tests.inference.conftest import (  # noqa: F401  (fixtures)
     memory_bus,
     worker_factory,
 )
+from tokenization.tokenizer import load_tokenizer
 from wire.bus import get_worker_bus
 from wire.events import (
     EventType,

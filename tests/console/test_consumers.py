@@ -8,7 +8,7 @@ from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
 from console.models import Conversation, Message
-from inference import relay
+from inference.relay import tap as relay
 from tenants.models import Tier
 from tests.console.conftest import DEMO, frames_until_end, open_socket
 

@@ -12,7 +12,7 @@ from fleet import services
 from fleet.models import ShadowComparison
 from fleet.shadow import _pending
 from fleet.tasks import shadow_purge
-from inference.dispatch import dispatch_request
+from inference.relay.dispatch import dispatch_request
 from wire.bus.memory_bus import MemoryBus
 from wire.requests import GenerationRequest
 from wire.workers import WorkerInfo, WorkerState

@@ -1,6 +1,6 @@
 """A client population for fleet tests: requests through the real dispatch path.
 
-Each request is dispatched by ``inference.dispatch.dispatch_request`` (so
+Each request is dispatched by ``inference.relay.dispatch.dispatch_request`` (so
 routing follows the published snapshot), read to its terminal event and
 recorded as a UsageRecord with the worker's version, as the API's relay
 does. Runs in its own thread and event loop until stopped.
@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 
 from billing.services import usage_record_create
 from gpuworkers.engine.sampling_params import SamplingParams
-from inference.dispatch import dispatch_request, wait_for_terminal
+from inference.relay.dispatch import dispatch_request, wait_for_terminal
 from wire.bus import Bus
 from wire.requests import GenerationRequest
 

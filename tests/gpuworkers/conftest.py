@@ -15,9 +15,9 @@ import torch
 
 from gpuworkers.engine import LLMEngine
 from gpuworkers.engine.convert_gguf import ensure_demo_model
-from gpuworkers.engine.tokenizer import apply_chat_template
 from gpuworkers.worker import WorkerLoop
-from tests.gpuworkers.buses import uid
+from tests.wire.bus.buses import uid
+from tokenization.tokenizer import apply_chat_template
 
 MODEL = "demo-test"
 

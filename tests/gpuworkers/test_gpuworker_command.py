@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
-from inference.dispatch import dispatch_request, stream_events
-from tests.gpuworkers.buses import needs_redis, redis_test_url, uid
+from inference.relay.dispatch import dispatch_request, stream_events
+from tests.wire.bus.buses import needs_redis, redis_test_url, uid
+from tokenization.tokenizer import apply_chat_template, load_tokenizer
 from wire.bus.redis_bus import RedisBus, RedisWorkerBus
 from wire.requests import GenerationRequest
 

@@ -10,10 +10,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuworkers.metrics import WorkerMetrics
 from gpuworkers.probes import ProbeServer, loop_status
-from inference.dispatch import dispatch_request, stream_events
-from tests.gpuworkers.buses import make_buses, uid
+from inference.relay.dispatch import dispatch_request, stream_events
 from tests.gpuworkers.conftest import MODEL
 from tests.helpers import wait_until
+from tests.wire.bus.buses import make_buses, uid
 from wire.requests import GenerationRequest
 
 # Item 1 of the issue, as a vLLM exposition shows them (counters with _total).

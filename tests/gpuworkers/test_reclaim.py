@@ -15,8 +15,8 @@ import time
 import pytest
 
 from gpuworkers.worker import WorkerLoop
-from inference.dispatch import stream_events
-from tests.gpuworkers.buses import BUS_KINDS, make_buses, redis_test_url, uid
+from inference.relay.dispatch import stream_events
+from tests.wire.bus.buses import BUS_KINDS, make_buses, redis_test_url, uid
 from wire.bus.base import LIVENESS_TTL
 from wire.bus.redis_bus import RedisWorkerBus
 from wire.events import created_event, delta_event

@@ -14,9 +14,9 @@ import time
 import pytest
 import redis
 
-from inference.dispatch import dispatch_request, stream_events
-from tests.gpuworkers.buses import uid
+from inference.relay.dispatch import dispatch_request, stream_events
 from tests.gpuworkers.conftest import MODEL
+from tests.wire.bus.buses import uid
 from wire.bus import BusUnavailable
 from wire.bus.redis_bus import RedisBus, RedisWorkerBus
 from wire.requests import GenerationRequest

@@ -9,9 +9,9 @@ import time
 import pytest
 
 from gpuworkers.engine import SamplingParams
-from inference.dispatch import cancel_request, dispatch_request, stream_events
-from tests.gpuworkers.buses import BUS_KINDS, make_buses, uid
+from inference.relay.dispatch import cancel_request, dispatch_request, stream_events
 from tests.gpuworkers.conftest import MODEL
+from tests.wire.bus.buses import BUS_KINDS, make_buses, uid
 from wire.requests import GenerationRequest
 
 

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from inference import api as inference_api
+from inference.api import endpoints as inference_api
 from inference.errors import (
     InsufficientQuota,
     RateLimited,

@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from prometheus_client.parser import text_string_to_metric_families
 
 import tenants.ratelimit as ratelimit
-from inference import relay
+from inference.relay import tap as relay
 from tests.inference.asgi_client import ASGIStream, asgi_post, sdk_client, sse_events
 from tests.inference.conftest import DEMO
 

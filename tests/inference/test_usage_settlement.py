@@ -24,7 +24,7 @@ from asgiref.sync import sync_to_async
 from billing.models import UsageRecord
 from billing.services import usage_settle_pending
 from gpuworkers.worker import WorkerLoop
-from inference.schemas import ChatCompletionRequest
+from inference.api.schemas import ChatCompletionRequest
 from inference.services import chat_completion_start
 from tenants.ratelimit import get_limiter, reset_limiters
 from tenants.selectors import api_key_authenticate

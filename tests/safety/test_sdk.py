@@ -12,7 +12,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
-from inference import relay
+from inference.relay import tap as relay
 from safety.models import SafetyEvent
 from safety.services import tenant_safety_policy_update
 from tests.helpers import async_wait_until
@@ -130,7 +130,7 @@ async def test_the_classifier_cuts_a_reply_and_a_resume_shows_the_same_ending(
 async def test_pii_is_redacted_before_the_model_sees_the_prompt(text_worker, api_key_factory):
     from fleet.models import ServedModel
     from fleet.selectors import served_model_dir
-    from gpuworkers.engine.tokenizer import load_tokenizer
+    from tokenization.tokenizer import load_tokenizer
 
     worker = text_worker(["Done."])
     raw, tenant_id = await new_key(api_key_factory, store_text=True, pii_action="redact")

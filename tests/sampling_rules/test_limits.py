@@ -1,9 +1,9 @@
-"""The web validates against wire.limits; the engine accepts exactly that much."""
+"""The web validates against sampling_rules.limits; the engine accepts exactly that much."""
 
 import pytest
 
 from gpuworkers.engine.sampling_params import InvalidSamplingParams, SamplingParams
-from wire.limits import (
+from sampling_rules.limits import (
     LOGIT_BIAS_RANGE,
     MAX_BAD_WORD_CHARS,
     MAX_BAD_WORDS,

@@ -9,7 +9,7 @@ import sys
 # the racing threads themselves, as on a web process's first requests.
 RACE = """
 import sys, threading
-from gpuworkers.engine.tokenizer import load_tokenizer
+from tokenization.tokenizer import load_tokenizer
 barrier = threading.Barrier(8)
 loaded, errors = [], []
 def load():

@@ -6,16 +6,16 @@ import math
 
 import pytest
 
-from inference import admission
-from inference.admission import (
+from inference.admission import queue_wait as admission
+from inference.admission.queue_wait import (
     PREFILL_COST,
     TYPICAL_OUTPUT_TOKENS,
     QueueWaitExceeded,
     admission_check,
     estimate_wait,
 )
-from inference.dispatch import dispatch_request
-from tests.gpuworkers.buses import make_buses, uid
+from inference.relay.dispatch import dispatch_request
+from tests.wire.bus.buses import make_buses, uid
 from wire.requests import GenerationRequest
 from wire.workers import WorkerInfo, WorkerState
 

@@ -26,7 +26,7 @@ from billing.ledger.memory_ledger import MemoryLedger
 from billing.ledger.redis_ledger import RedisLedger
 from billing.models import Price, UsageRecord
 from billing.selectors import month_spend, month_start
-from inference import relay
+from inference.relay import tap as relay
 from tenants.models import Tier
 from tests.inference.asgi_client import sdk_client
 from tests.inference.conftest import DEMO, ScriptedWorker

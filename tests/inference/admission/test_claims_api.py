@@ -18,7 +18,7 @@ import billing.ledger
 import tenants.ratelimit as ratelimit
 from billing.ledger.redis_ledger import RedisLedger
 from billing.selectors import usage_month_tokens
-from inference import relay
+from inference.relay import tap as relay
 from tenants.models import Tenant, Tier
 from tests.inference.asgi_client import asgi_post, sdk_client
 from tests.inference.conftest import DEMO

@@ -1,4 +1,4 @@
-"""Graceful shutdown of a web process (inference.drain), in-process.
+"""Graceful shutdown of a web process (inference.admission.drain), in-process.
 
 A scripted worker holds a response open (one delta, then it waits for an
 abort). Draining refuses new responses with 503 ``server_draining`` and
@@ -14,7 +14,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
-from inference import drain, relay
+from inference.admission import drain
+from inference.relay import tap as relay
 from tests.inference.asgi_client import ASGIStream, asgi_post, sse_events
 from tests.inference.conftest import DEMO
 

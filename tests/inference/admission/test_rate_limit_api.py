@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 
 import tenants.ratelimit as ratelimit
 from billing.services import usage_record_create
-from inference import relay
+from inference.relay import tap as relay
 from tenants.models import Tier
 from tests.inference.asgi_client import asgi_post, sdk_client
 from tests.inference.conftest import DEMO

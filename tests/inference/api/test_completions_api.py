@@ -17,7 +17,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
-from inference import relay
+from inference.relay import tap as relay
 from tests.gpuworkers.conftest import engine
 from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
 from tests.inference.test_sampling_api import pro_client, worker

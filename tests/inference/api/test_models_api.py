@@ -127,7 +127,7 @@ def test_openapi_schema_and_docs_are_served(client):
 
 def test_model_entries_carry_context_length_and_features(client, api_key_factory, catalog):
     """max_model_len is the catalog's context length; features come from
-    inference.capabilities: tools where the model's template can render them."""
+    inference.api.capabilities: tools where the model's template can render them."""
     pro = ServedModel.objects.get(name="pro-only")
     ServedModel.objects.filter(pk=pro.pk).update(path="/nonexistent/model")
     key = api_key_factory(tier="pro")[1]

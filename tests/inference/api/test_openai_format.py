@@ -1,6 +1,6 @@
 """Event -> OpenAI payload mapping, without I/O."""
 
-from inference.openai_format import ChunkStream, CompletionBuilder, UsageLedger, token_logprobs
+from inference.api.openai_format import ChunkStream, CompletionBuilder, UsageLedger, token_logprobs
 from wire.events import (
     EventType,
     created_event,

@@ -13,7 +13,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
-from inference import relay
+from inference.relay import tap as relay
 from tests.gpuworkers.conftest import engine
 from tests.inference.asgi_client import asgi_post, sse_events
 from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus

@@ -4,10 +4,10 @@ import pytest
 
 from fleet.selectors import served_model_dir
 from fleet.services import served_model_register
-from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
+from inference.api.schemas import ChatCompletionRequest
 from inference.errors import ContextLengthExceeded, InvalidRequest
-from inference.prompts import chat_prompt_prepare
-from inference.schemas import ChatCompletionRequest
+from inference.prompts.prepare import chat_prompt_prepare
+from tokenization.tokenizer import apply_chat_template, load_tokenizer
 
 pytestmark = pytest.mark.django_db
 

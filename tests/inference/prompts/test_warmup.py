@@ -1,12 +1,12 @@
-"""The web process loads the active models' tokenizers at start (inference.warmup)."""
+"""The web process loads the active models' tokenizers at start (inference.prompts.warmup)."""
 
 import logging
 
 import pytest
 
 from fleet.services import served_model_register
-from gpuworkers.engine import tokenizer as tokenizers
-from inference.warmup import tokenizers_warm_in_background
+from tokenization import tokenizer as tokenizers
+from inference.prompts.warmup import tokenizers_warm_in_background
 
 # Its thread queries with a connection of its own: the rows must be committed.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -18,7 +18,7 @@ def test_warm_up_loads_each_active_model_and_logs_one_that_fails(demo_model, cap
     broken.save(update_fields=["path"])
     tokenizers._load_tokenizer.cache_clear()
 
-    with caplog.at_level(logging.INFO, logger="inference.warmup"):
+    with caplog.at_level(logging.INFO, logger="inference.prompts.warmup"):
         tokenizers_warm_in_background().join(120)
 
     # The demo model's tokenizer is cached: the first request finds it loaded.

@@ -12,8 +12,13 @@ import time
 
 import pytest
 
-from inference.dispatch import NoWorkerAvailable, cancel_request, dispatch_request, stream_events
-from tests.gpuworkers.buses import BUS_KINDS, UNREACHABLE_REDIS_URL, make_buses, uid
+from inference.relay.dispatch import (
+    NoWorkerAvailable,
+    cancel_request,
+    dispatch_request,
+    stream_events,
+)
+from tests.wire.bus.buses import BUS_KINDS, UNREACHABLE_REDIS_URL, make_buses, uid
 from wire.bus import BusUnavailable
 from wire.bus.redis_bus import RedisBus
 from wire.events import EventType, created_event, delta_event, terminal_event

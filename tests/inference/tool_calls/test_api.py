@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
 from gpuworkers import embedded
-from inference.relay import drain_background
+from inference.relay.tap import drain_background
 from tests.inference.asgi_client import sdk_client
 from tests.inference.conftest import DEMO, ScriptedWorker, auth
 from wire.bus import reset_buses

@@ -1,6 +1,6 @@
 """What each tool_choice asks of the prompt, the sampler and the parser."""
 
-from inference.schemas import ChatCompletionRequest
+from inference.api.schemas import ChatCompletionRequest
 from inference.tool_calls.setup import tool_setup
 
 WEATHER = {

@@ -3,10 +3,10 @@
 import pytest
 
 from fleet.selectors import served_model_dir
-from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
+from inference.api.schemas import ChatCompletionRequest
 from inference.errors import InvalidRequest
-from inference.prompts import chat_prompt_prepare
-from inference.schemas import ChatCompletionRequest
+from inference.prompts.prepare import chat_prompt_prepare
+from tokenization.tokenizer import apply_chat_template, load_tokenizer
 
 pytestmark = pytest.mark.django_db
 

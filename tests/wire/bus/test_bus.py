@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from tests.gpuworkers.buses import BUS_KINDS, make_buses, uid
 from tests.helpers import async_wait_until
+from tests.wire.bus.buses import BUS_KINDS, make_buses, uid
 from wire.bus.base import LIVENESS_TTL
 from wire.events import EventType, created_event, delta_event, error_body, terminal_event
 from wire.requests import GenerationRequest

@@ -18,9 +18,9 @@ import time
 import pytest
 import redis
 
-from tests.gpuworkers.buses import needs_redis, redis_test_url, uid
 from tests.helpers import async_wait_until
 from tests.private_redis import PrivateRedis
+from tests.wire.bus.buses import needs_redis, redis_test_url, uid
 from wire.bus import BusUnavailable
 from wire.bus.base import iterate_events
 from wire.bus.redis_bus import RedisBus, RedisWorkerBus, stream_key

@@ -7,8 +7,8 @@ import time
 import pytest
 import redis
 
-from tests.gpuworkers.buses import UNREACHABLE_REDIS_URL, needs_redis, redis_test_url, uid
 from tests.helpers import async_wait_until
+from tests.wire.bus.buses import UNREACHABLE_REDIS_URL, needs_redis, redis_test_url, uid
 from wire.bus import BusUnavailable
 from wire.bus.redis_bus import (
     OPEN_STREAM_TTL,

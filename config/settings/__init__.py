@@ -1,0 +1,3 @@
+"""Settings: see base.py (split into local/production/test next)."""
+
+from config.settings.base import *  # noqa: F403
