@@ -1,12 +1,12 @@
-"""One env-driven settings module; the environment is read here and only here.
+"""Settings every environment shares; the environment is read here and in
+the two modules that extend this one (``local``, ``production``), nowhere else.
 
-Production-safe by default (``DJANGO_ENV=production``): DEBUG off, a
-required SECRET_KEY, explicit ALLOWED_HOSTS, secure cookies and HSTS (TLS
-is assumed, terminated here or by a proxy), password validators, login
-throttling, and Redis only with ACL credentials. ``DJANGO_ENV=local``
-(``bin/run``, the tests) relaxes what a laptop needs: loopback hosts,
-cookies over plain HTTP, Redis without credentials. DEBUG is never implied:
-``bin/run`` sets ``DJANGO_DEBUG=true`` itself.
+What differs between a laptop and a deployment (hosts, TLS defaults, Redis
+credentials) is in ``production.py`` (the default: DEBUG off, explicit
+ALLOWED_HOSTS, secure cookies and HSTS, Redis only with ACL credentials) and
+``local.py`` (``bin/run``: loopback hosts, cookies over plain HTTP, Redis
+without credentials); ``test.py`` is local plus what a test run wants.
+DEBUG is never implied: ``bin/run`` sets ``DJANGO_DEBUG=true`` itself.
 
 Embedded default: with neither DATABASE_URL nor REDIS_URL set the whole
 platform runs in one process on SQLite, an in-process bus, an in-memory
@@ -21,7 +21,6 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import dj_database_url
 import environ
 from celery.schedules import crontab
-from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 env = environ.Env()
@@ -36,40 +35,35 @@ def env_int(name: str, default: int) -> int:
     return default if value in (None, "") else int(value)
 
 
-DJANGO_ENV = env.str("DJANGO_ENV", default="production")
-if DJANGO_ENV not in ("production", "local"):
-    raise ImproperlyConfigured(f"DJANGO_ENV must be production or local, not {DJANGO_ENV!r}")
-LOCAL = DJANGO_ENV == "local"
+def tls_settings(*, secure: bool) -> dict[str, bool | int]:
+    """The TLS settings, each overridable; ``secure`` (production) turns
+    every default on: Secure cookies, the HTTPS redirect and HSTS."""
+    return {
+        "SESSION_COOKIE_SECURE": env.bool("DJANGO_SESSION_COOKIE_SECURE", default=secure),
+        "CSRF_COOKIE_SECURE": env.bool("DJANGO_CSRF_COOKIE_SECURE", default=secure),
+        "SECURE_SSL_REDIRECT": env.bool("DJANGO_SECURE_SSL_REDIRECT", default=secure),
+        "SECURE_HSTS_SECONDS": env.int(
+            "DJANGO_SECURE_HSTS_SECONDS", default=31_536_000 if secure else 0
+        ),
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": env.bool(
+            "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=secure
+        ),
+        "SECURE_HSTS_PRELOAD": env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=secure),
+    }
+
 
 # No fallback: Django refuses to sign anything with an empty key, and the
 # web and Celery entry points read it at start-up (config.startup), so they
 # refuse to start without one. GPU workers sign nothing and never get it.
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
-if "DJANGO_ALLOWED_HOSTS" in os.environ:
-    ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS")
-elif LOCAL:
-    ALLOWED_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
-else:
-    raise ImproperlyConfigured("Set DJANGO_ALLOWED_HOSTS (the hosts this site is served as).")
-if "*" in ALLOWED_HOSTS and not LOCAL:
-    # A wildcard also lets any Origin through the WebSocket origin check.
-    raise ImproperlyConfigured("DJANGO_ALLOWED_HOSTS must not contain '*' outside local mode.")
 # Full origins (scheme://host[:port]) allowed to POST besides the request's own.
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
-
-# TLS. Outside local mode every cookie is Secure and HSTS is on; behind a
+# TLS (tls_settings, applied by local.py and production.py): behind a
 # TLS-terminating proxy set DJANGO_SECURE_PROXY_SSL_HEADER=true so that
 # X-Forwarded-Proto: https counts as HTTPS (only when the proxy sets it).
-SECURE = not LOCAL
-SESSION_COOKIE_SECURE = env.bool("DJANGO_SESSION_COOKIE_SECURE", default=SECURE)
-CSRF_COOKIE_SECURE = env.bool("DJANGO_CSRF_COOKIE_SECURE", default=SECURE)
-SECURE_SSL_REDIRECT = env.bool("DJANGO_SECURE_SSL_REDIRECT", default=SECURE)
 # Probes and the scrape come over plain HTTP from inside the network.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
-SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=31_536_000 if SECURE else 0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=SECURE)
-SECURE_HSTS_PRELOAD = env.bool("DJANGO_SECURE_HSTS_PRELOAD", default=SECURE)
 if env.bool("DJANGO_SECURE_PROXY_SSL_HEADER", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_HTTPONLY = True
@@ -259,16 +253,11 @@ def redis_url_with_credentials(url: str | None, username: str, password: str) ->
 # layer and Celery broker. Unset means the embedded in-process backends.
 # REDIS_USERNAME / REDIS_PASSWORD: this process's ACL user (docker/redis/:
 # "web" for Daphne and Celery, "worker" for gpuworkers), merged into every
-# Redis URL below; required outside local mode.
+# Redis URL below; required in production (production.py).
 REDIS_USERNAME = env.str("REDIS_USERNAME", default="")
 REDIS_URL = redis_url_with_credentials(
     env.str("REDIS_URL", default="") or None, REDIS_USERNAME, env.str("REDIS_PASSWORD", default="")
 )
-if REDIS_URL and not LOCAL and not urlsplit(REDIS_URL).password:
-    raise ImproperlyConfigured(
-        "Redis needs ACL credentials outside local mode: set REDIS_USERNAME and REDIS_PASSWORD "
-        "(docker/redis/README.md), or DJANGO_ENV=local on a development machine."
-    )
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
