@@ -1,34 +1,41 @@
 """Tokenizer loading and chat templating, shared by the engine and the web tier.
 
 The web process tokenizes prompts itself (context caps and token counts are
-enforced before any GPU work), so this module must stay cheap to import: it
-loads only the tokenizer, never weights.
+enforced before any GPU work), so this module reads tokenizer files only and
+never imports torch. transformers' ``AutoTokenizer`` would: resolving a
+tokenizer class goes through its model configuration code, which imports
+torch. Fast tokenizers are defined wholly by ``tokenizer.json`` (plus
+``tokenizer_config.json`` for special tokens and the chat template), which
+``TokenizersBackend``, the class ``AutoTokenizer`` returns for them, loads
+without it.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from functools import lru_cache
 from pathlib import Path
 
-# transformers imports its submodules lazily, and two threads doing that
-# first import at once can see a half-initialised module (seen as an
-# ImportError on a fresh web process taking concurrent requests): the first
-# load of each tokenizer happens under one lock.
+# The first load of each tokenizer happens under one lock, and imports
+# transformers' tokenizer module by its full path. Two request threads
+# resolving names through transformers' lazy top-level module at once have
+# seen it half-initialised ("cannot import name 'AutoModelForCausalLM' from
+# 'transformers'" on a fresh web process taking concurrent requests).
 _load_lock = threading.Lock()
 
 
 def load_tokenizer(model_dir: str | Path):
-    """Load the Hugging Face fast tokenizer of a model directory (cached, thread-safe)."""
+    """Load the fast tokenizer of a model directory (cached, thread-safe)."""
     with _load_lock:
         return _load_tokenizer(str(model_dir))
 
 
 @lru_cache(maxsize=8)
 def _load_tokenizer(model_dir: str):
-    from transformers import AutoTokenizer
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
-    return AutoTokenizer.from_pretrained(model_dir)
+    return TokenizersBackend.from_pretrained(model_dir)
 
 
 def apply_chat_template(
@@ -61,8 +68,6 @@ def apply_chat_template(
 
 def eos_token_ids(tokenizer, model_dir: str | Path) -> list[int]:
     """All end-of-sequence ids: the tokenizer's plus generation_config's."""
-    import json
-
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))

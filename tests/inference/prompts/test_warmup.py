@@ -5,8 +5,8 @@ import logging
 import pytest
 
 from fleet.services import served_model_register
-from tokenization import tokenizer as tokenizers
 from inference.prompts.warmup import tokenizers_warm_in_background
+from tokenization import tokenizer as tokenizers
 
 # Its thread queries with a connection of its own: the rows must be committed.
 pytestmark = pytest.mark.django_db(transaction=True)
