@@ -6,3 +6,8 @@ checks of a request's sampling settings, and the structured-output spec
 before anything is enqueued, the engine checks its ``SamplingParams``
 against the same, and neither imports the other.
 """
+
+from sampling_rules.checks import sampling_check, vocab_check
+from sampling_rules.errors import InvalidSamplingParams, TokenIdOutOfVocabulary
+
+__all__ = ["InvalidSamplingParams", "TokenIdOutOfVocabulary", "sampling_check", "vocab_check"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 
-from gpuworkers.engine.sampling_params import InvalidSamplingParams
+from sampling_rules.errors import InvalidSamplingParams
 
 PARAM = "structured_output"
 # A schema is compiled into a grammar per distinct text; bound the work
