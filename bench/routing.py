@@ -185,18 +185,18 @@ class Driver:
         self.bus = bus
 
     async def ask(self, messages: list[dict], routing_key: str) -> Result:
-        from gpuworkers.engine.sampling_params import SamplingParams
         from inference.relay.dispatch import dispatch_request, stream_events
-        from tokenization.tokenizer import apply_chat_template
-        from wire.events import EventType
+        from tokenization import apply_chat_template
+        from wire.events import Delta, Terminal
         from wire.requests import GenerationRequest
+        from wire.sampling import Sampling
 
-        sampling = SamplingParams(max_tokens=self.args.max_tokens, temperature=0.0)
+        sampling = Sampling(max_tokens=self.args.max_tokens, temperature=0.0)
         request = GenerationRequest(
             response_id=f"bench-{uuid.uuid4().hex}",
             model=self.args.model,
             prompt_token_ids=apply_chat_template(self.tokenizer, messages),
-            sampling=dataclasses.asdict(sampling),
+            sampling=sampling,
             tier="pro",
             tenant_id=1,
             cache_salt="bench",
@@ -206,15 +206,14 @@ class Driver:
         async for event in stream_events(
             request.response_id, worker_id=worker.worker_id, bus=self.bus
         ):
-            if event["type"] == EventType.DELTA:
-                text.extend(c["text"] for c in event["choices"])
-            elif event["type"] != EventType.CREATED:
-                usage, metrics = event["usage"], event["metrics"]
+            if isinstance(event, Delta):
+                text.extend(c.text for c in event.choices)
+            elif isinstance(event, Terminal):
                 return Result(
                     worker.worker_id,
-                    usage["prompt_tokens"],
-                    usage["cached_tokens"],
-                    metrics.get("ttft_ms"),
+                    event.usage.prompt_tokens,
+                    event.usage.cached_tokens,
+                    event.metrics.ttft_ms,
                     "".join(text),
                 )
         raise RuntimeError("stream ended without a terminal event")
