@@ -33,7 +33,6 @@ from billing.services import (
 )
 from fleet.fallback import db_mark_down, db_marked_down
 from inference import metrics
-from inference.api.openai_format import UsageSummary
 from inference.errors import InsufficientQuota, ServiceUnavailable, rate_limit_error
 from tenants.models import ApiKey, Tenant
 from tenants.ratelimit import (
@@ -46,6 +45,7 @@ from tenants.ratelimit import (
     rate_limit_renew,
     rate_limit_settle,
 )
+from wire.usage import UsageEntry
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ async def limits_release(admission: Admission) -> None:
     await _release_quietly(budget_release(hold=admission.hold), admission.ticket)
 
 
-async def limits_settle(admission: Admission, usage: UsageSummary) -> None:
+async def limits_settle(admission: Admission, usage: UsageEntry) -> None:
     """Settle both claims to what the response used, after its usage record
     (``billing.services.claims_settle``; the usage settler calls it too, and
     whichever runs second finds nothing left to settle)."""

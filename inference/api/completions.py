@@ -1,11 +1,11 @@
 """``/v1/completions``: OpenAI's legacy text completions, on the chat path.
 
-A completion request becomes one ``ChatCompletionRequest`` per prompt (the
-prompt as its one user message, which moderation screens and routing keys
-on) and goes through ``services.completion_start`` like chat: the same
-auth, tiers, limits, budgets, usage records, moderation and cancellation.
-Only the prompt preparation differs: the prompt is tokenized as it is (or
-taken as token ids), without the chat template. A list of prompts is one
+A completion request becomes one ``InferenceRequest`` per prompt, whose
+prompt is a ``TextPrompt`` (the text, and the token ids when the client
+sent ids), and goes through ``services.generation_start`` like chat: the
+same auth, tiers, limits, budgets, usage records, moderation and
+cancellation. The prompt is tokenized as it is (or taken as token ids),
+without the chat template. A list of prompts is one
 response per prompt (each admitted and billed on its own), read together
 by ``MultiTap`` and numbered as OpenAI numbers them: choice
 ``prompt_index * n + j``.
@@ -13,28 +13,39 @@ by ``MultiTap`` and numbered as OpenAI numbers them: choice
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from asgiref.sync import sync_to_async
 from pydantic import Field, create_model, field_validator, model_validator
 
-from fleet.models import ServedModel
-from fleet.selectors import catalog_model_get, served_model_dir
+from fleet.selectors import catalog_model_get
 from inference import services
+from inference.api.chat import sampling_of
 from inference.api.completions_format import CompletionFrames, PromptEcho, completion_result
-from inference.api.schemas import ENCODABLE, ChatCompletionRequest, StrictSchema, TokenId
+from inference.api.schemas import (
+    ENCODABLE,
+    ChatCompletionRequest,
+    StrictSchema,
+    TokenId,
+    stream_rules_check,
+)
 from inference.api.sse import RESUMABLE_HEADER, stream_response, wants_resumable
 from inference.errors import InvalidRequest
-from inference.prompts.prepare import PreparedPrompt, output_bound
-from inference.prompts.sampling import sampling_for
+from inference.prompts.prepare import model_tokenizer
 from inference.relay.multitap import MultiTap
-from inference.relay.tap import failed_error, release_db_connection
+from inference.relay.tap import (
+    ResponseTap,
+    collect,
+    ended_badly,
+    failed_error,
+    release_db_connection,
+)
+from inference.request import InferenceRequest, TextPrompt, new_response_id
 from sampling_rules.limits import MAX_N, MAX_TOP_LOGPROBS
-from tenants.models import ApiKey, Tier
-from tokenization.tokenizer import load_tokenizer
-from wire.events import TERMINAL_EVENTS, EventType
+from tenants.models import ApiKey, Tenant, Tier
+from wire.events import Event
+from wire.tracing import TraceContext
 
 # OpenAI's (and vLLM's) default for the legacy endpoint: 16 tokens.
 DEFAULT_MAX_TOKENS = 16
@@ -112,6 +123,7 @@ class CompletionRequest(_Shared):
 
     @model_validator(mode="after")
     def _prompts_fit(self) -> CompletionRequest:
+        stream_rules_check(self)
         if len(self.prompts) * (self.n or 1) > MAX_PROMPTS * MAX_N:
             raise InvalidRequest("Too many prompts times n.", param="prompt")
         if any(p == "" for p in self.prompts):
@@ -129,92 +141,55 @@ class CompletionRequest(_Shared):
         return list(prompt)
 
 
-@dataclass(slots=True)
-class PromptSpec:
-    """One prompt of a request, and what its preparation learned."""
-
-    text: str
-    token_ids: list[int] | None
-    # Each prompt token as text, for echo with logprobs.
-    prompt_tokens: list[str] = field(default_factory=list)
-    to_text: Callable[[str], str] = str
-
-
-def completion_prompt_prepare(
-    *,
-    request: ChatCompletionRequest,
-    model: ServedModel,
-    tier: Tier,
-    default_max_tokens: int | None = None,
-    spec: PromptSpec,
-    echo_logprobs: int | None,
-) -> PreparedPrompt:
-    """Tokenize the (screened) prompt as it is, and bound the completion."""
-    tokenizer = load_tokenizer(str(served_model_dir(model=model)))
-    text = request.messages[0].text
-    # Token ids are served as given unless moderation redacted their text.
-    if spec.token_ids is not None and text == spec.text:
-        ids = spec.token_ids
-    else:
-        ids = tokenizer.encode(text)
-    if not ids:
-        raise InvalidRequest("prompt must not be empty.", param="prompt")
-    vocab = len(tokenizer)
-    if max(ids) >= vocab:
-        raise InvalidRequest(
-            f"prompt names token id {max(ids)}, but this model's vocabulary has {vocab} "
-            f"tokens (ids 0 to {vocab - 1}).",
-            param="prompt",
-            code="invalid_value",
+def completion_requests(
+    request: CompletionRequest, *, tenant: Tenant, texts: list[str]
+) -> list[InferenceRequest]:
+    """The internal request of each prompt (its text, and its token ids when
+    the client sent ids): same sampling, no chat template."""
+    # Legacy logprobs=N: the sampled token's logprob and N alternatives;
+    # with echo the prompt is scored too (vLLM's prompt_logprobs).
+    logprobs = request.logprobs
+    prompt_logprobs = request.prompt_logprobs
+    if request.echo and logprobs is not None:
+        prompt_logprobs = max(prompt_logprobs or 0, logprobs)
+    sampling = sampling_of(
+        request,
+        max_tokens=DEFAULT_MAX_TOKENS if request.max_tokens is None else request.max_tokens,
+        logprobs=logprobs is not None,
+        top_logprobs=logprobs or 0,
+        prompt_logprobs=prompt_logprobs,
+    )
+    trace = TraceContext.current()
+    prompts = request.prompts
+    return [
+        InferenceRequest(
+            model=request.model,
+            prompt=TextPrompt(text, None if isinstance(prompt, str) else tuple(prompt)),
+            sampling=sampling,
+            tenant_id=tenant.pk,
+            tier=tenant.tier.name,
+            response_id=new_response_id("cmpl"),
+            trace=trace,
+            user=request.user,
+            include_usage=bool(request.stream_options and request.stream_options.include_usage),
         )
-    max_tokens = output_bound(
-        prompt_tokens=len(ids),
-        request=request,
-        model=model,
-        tier=tier,
-        default_max_tokens=default_max_tokens,
-    )
-    sampling = sampling_for(request, max_tokens, vocab)
-    if echo_logprobs is not None:
-        # echo with logprobs scores the prompt too (vLLM's prompt_logprobs).
-        sampling["prompt_logprobs"] = max(sampling["prompt_logprobs"] or 0, echo_logprobs)
-    if echo_logprobs is not None:
-        spec.prompt_tokens = [tokenizer.decode([i]) for i in ids]
-        spec.to_text = lambda token: tokenizer.convert_tokens_to_string([token])
-    return PreparedPrompt(prompt_token_ids=ids, sampling=sampling)
-
-
-def chat_request_for(request: CompletionRequest, text: str) -> ChatCompletionRequest:
-    """The chat-path request for one prompt: same sampling, the prompt as a message."""
-    shared = request.model_dump(include=set(SHARED_FIELDS), exclude_none=True)
-    shared.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
-    if request.logprobs is not None:
-        # Legacy logprobs=N: the sampled token's logprob and N alternatives.
-        shared.update(logprobs=True, top_logprobs=request.logprobs or None)
-    return ChatCompletionRequest.model_validate(
-        {**shared, "model": request.model, "messages": [{"role": "user", "content": text}]}
-    )
+        for prompt, text in zip(prompts, texts, strict=True)
+    ]
 
 
 async def completions_create(
     *, api_key: ApiKey, request: CompletionRequest, headers: dict[str, str]
 ):
     """Admit every prompt, then answer one text_completion (or its SSE stream)."""
-    specs = await sync_to_async(_specs, thread_sensitive=False)(
-        request=request, tier=api_key.tenant.tier
+    tenant = api_key.tenant
+    texts = await sync_to_async(_prompt_texts, thread_sensitive=False)(
+        request=request, tier=tenant.tier
     )
-    echo_logprobs = request.logprobs if request.echo else None
     taps = []
     try:
-        for spec in specs:
+        for internal in completion_requests(request, tenant=tenant, texts=texts):
             taps.append(
-                await services.completion_start(
-                    tenant=api_key.tenant,
-                    request=chat_request_for(request, spec.text),
-                    api_key=api_key,
-                    prepare=_Preparer(spec, echo_logprobs),
-                    id_prefix="cmpl",
-                )
+                await services.generation_start(request=internal, tenant=tenant, api_key=api_key)
             )
     except BaseException:
         # A later prompt was refused: the earlier ones must not run unread.
@@ -222,9 +197,11 @@ async def completions_create(
             tap.abandon()
         raise
     merged = MultiTap(taps, n=request.n or 1)
-    echoes = [
-        PromptEcho(s.text, s.prompt_tokens, s.to_text) if request.echo else None for s in specs
-    ]
+    echoes: list[PromptEcho | None] = [None] * len(taps)
+    if request.echo:
+        echoes = await sync_to_async(_echoes, thread_sensitive=False)(
+            request=request, tier=tenant.tier, texts=texts, taps=taps
+        )
     frames = CompletionFrames(
         merged.route.response_id,
         merged.route.model,
@@ -240,25 +217,17 @@ async def completions_create(
     return await _collected(merged, frames, want_prompt_logprobs=request.prompt_logprobs)
 
 
-@dataclass(slots=True)
-class _Preparer:
-    spec: PromptSpec
-    echo_logprobs: int | None
-
-    def __call__(self, **kwargs: Any) -> PreparedPrompt:
-        return completion_prompt_prepare(**kwargs, spec=self.spec, echo_logprobs=self.echo_logprobs)
-
-
-def _specs(*, request: CompletionRequest, tier: Tier) -> list[PromptSpec]:
+def _prompt_texts(*, request: CompletionRequest, tier: Tier) -> list[str]:
+    """Each prompt's text: as sent, or its token ids decoded (what
+    moderation screens and echo returns)."""
     prompts = request.prompts
     if all(isinstance(p, str) for p in prompts):
-        return [PromptSpec(text=p, token_ids=None) for p in prompts]
-    # Token ids: their text is what moderation screens and echo returns.
+        return list(prompts)
     model = catalog_model_get(name=request.model, tier=tier)
     if model is None:
-        # Unknown to the tier: completion_start answers 404 model_not_found.
-        return [PromptSpec(text="", token_ids=list(p)) for p in prompts]
-    tokenizer = load_tokenizer(str(served_model_dir(model=model)))
+        # Unknown to the tier: generation_start answers 404 model_not_found.
+        return ["" for _ in prompts]
+    tokenizer = model_tokenizer(model)
     vocab = len(tokenizer)
     for ids in prompts:
         bad = [i for i in ids if i >= vocab]
@@ -269,7 +238,26 @@ def _specs(*, request: CompletionRequest, tier: Tier) -> list[PromptSpec]:
                 param="prompt",
                 code="invalid_value",
             )
-    return [PromptSpec(text=tokenizer.decode(ids), token_ids=list(ids)) for ids in prompts]
+    return [tokenizer.decode(ids) for ids in prompts]
+
+
+def _echoes(
+    *, request: CompletionRequest, tier: Tier, texts: list[str], taps: list[ResponseTap]
+) -> list[PromptEcho | None]:
+    """Each prompt as echo repeats it: its text and, for its logprobs, each
+    of its tokens as text (as served, after any redaction)."""
+    model = catalog_model_get(name=request.model, tier=tier)
+    tokenizer = model_tokenizer(model)
+
+    def to_text(token: str) -> str:
+        return tokenizer.convert_tokens_to_string([token])
+
+    def tokens(tap: ResponseTap) -> list[str]:
+        if request.logprobs is None:
+            return []
+        return [tokenizer.decode([i]) for i in tap.prompt_token_ids or ()]
+
+    return [PromptEcho(text, tokens(tap), to_text) for text, tap in zip(texts, taps, strict=True)]
 
 
 async def _collected(merged: MultiTap, frames: CompletionFrames, *, want_prompt_logprobs):
@@ -278,17 +266,11 @@ async def _collected(merged: MultiTap, frames: CompletionFrames, *, want_prompt_
     await release_db_connection()
     payloads: list[dict[str, Any]] = []
     try:
-        while True:
-            event = await merged.next_event()
-            if event is None:
-                continue
-            payloads.extend(frames.payloads(event))
-            if event["type"] in TERMINAL_EVENTS:
-                break
+        event = await collect(merged, _Into(frames, payloads))
     except BaseException:
         merged.abandon()
         raise
-    if event["type"] in (EventType.FAILED, EventType.CANCELLED):
+    if ended_badly(event):
         error = failed_error(event)
         error.headers = {**merged.headers, **error.headers}
         raise error
@@ -299,3 +281,14 @@ async def _collected(merged: MultiTap, frames: CompletionFrames, *, want_prompt_
     for name, value in merged.headers.items():
         response[name] = value
     return response
+
+
+@dataclass(slots=True)
+class _Into:
+    """Collects the frames' bodies for a non-streamed answer."""
+
+    frames: CompletionFrames
+    payloads: list[dict[str, Any]]
+
+    def add(self, event: Event) -> None:
+        self.payloads.extend(self.frames.payloads(event))

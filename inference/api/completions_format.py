@@ -15,8 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference.api.openai_format import UsageLedger, cancelled_error, stream_chunk, token_logprobs
-from wire.events import TERMINAL_EVENTS, EventType
+from inference.api.openai_format import (
+    UsageLedger,
+    default_finish_reason,
+    ending_error,
+    stream_chunk,
+    usage_payload,
+)
+from wire.codec import error_json
+from wire.events import Delta, Event, EventType, PromptLogprob, Terminal, TokenLogprob
 
 
 @dataclass(slots=True, frozen=True)
@@ -59,22 +66,25 @@ class LegacyLogprobs:
 
 
 def add_prompt_logprobs(
-    acc: LegacyLogprobs, entries: list | None, echo: PromptEcho, top_n: int
+    acc: LegacyLogprobs,
+    entries: tuple[tuple[PromptLogprob, ...] | None, ...] | None,
+    echo: PromptEcho,
+    top_n: int,
 ) -> None:
-    """The prompt's tokens from vLLM-shaped prompt logprobs (own token first)."""
+    """The prompt's tokens from its prompt logprobs (own token first)."""
     for position, entry in enumerate(entries or ()):
         token = echo.tokens[position]
         if entry is None:
             acc.add(token, None, None)
             continue
-        own = next(iter(entry.values()))
+        own, alternatives = entry[0], entry[1:]
         top = {
-            echo.to_text(v["decoded_token"]): v["logprob"]
-            for v in list(entry.values())[1:]
-            if v.get("rank") is not None and v["rank"] <= top_n
+            echo.to_text(c.decoded_token): c.logprob
+            for c in alternatives
+            if c.rank is not None and c.rank <= top_n
         }
-        top[token] = own["logprob"]
-        acc.add(token, own["logprob"], top)
+        top[token] = own.logprob
+        acc.add(token, own.logprob, top)
 
 
 @dataclass(slots=True)
@@ -92,7 +102,9 @@ class CompletionFrames:
     started: set[int] = field(default_factory=set)
     finished: set[int] = field(default_factory=set)
     acc: dict[int, LegacyLogprobs] = field(default_factory=dict)
-    prompt_entries: dict[int, list | None] = field(default_factory=dict)
+    prompt_entries: dict[int, tuple[tuple[PromptLogprob, ...] | None, ...]] = field(
+        default_factory=dict
+    )
 
     def _chunk(self, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         return stream_chunk(self, "text_completion", choices, extra)
@@ -101,7 +113,9 @@ class CompletionFrames:
         # Choices are numbered prompt_index * n + j (n choices per prompt).
         return index // (self.n // len(self.echoes))
 
-    def _choice(self, index: int, text: str, items: list | None, reason: str | None) -> dict:
+    def _choice(
+        self, index: int, text: str, items: tuple[TokenLogprob, ...] | None, reason: str | None
+    ) -> dict[str, Any]:
         prefix = ""
         acc = self.acc.setdefault(index, LegacyLogprobs())
         if index not in self.started:
@@ -115,10 +129,10 @@ class CompletionFrames:
                     add_prompt_logprobs(acc, entries, echo, self.logprobs)
                 # Offsets of generated tokens count from the end of the echo.
                 acc.offset = len(prefix)
-        for item in token_logprobs(items):
-            top = {t["token"]: t["logprob"] for t in item.get("top_logprobs") or ()}
-            top.setdefault(item["token"], item["logprob"])
-            acc.add(item["token"], item["logprob"], top)
+        for item in items or ():
+            top = {t.token: t.logprob for t in item.top_logprobs}
+            top.setdefault(item.token, item.logprob)
+            acc.add(item.token, item.logprob, top)
         logprobs = acc.take() if self.logprobs is not None else None
         if reason:
             self.finished.add(index)
@@ -129,42 +143,39 @@ class CompletionFrames:
             "finish_reason": reason,
         }
 
-    def payloads(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+    def payloads(self, event: Event) -> list[dict[str, Any]]:
         self.ledger.add(event)
-        kind = event["type"]
-        if kind == EventType.DELTA:
-            self.prompt_entries.update(event.get("prompt_logprobs_of") or {})
+        if isinstance(event, Delta):
+            if event.prompt_logprobs is not None and event.choices:
+                # A merged delta's choices all come from one prompt.
+                prompt_index = self._prompt_index(event.choices[0].index)
+                self.prompt_entries[prompt_index] = event.prompt_logprobs
             choices = []
-            for c in event["choices"]:
-                reason = c.get("finish_reason")
-                quiet = not (c.get("text") or c.get("logprobs") or reason)
-                echo_due = c["index"] not in self.started and self.echoes[c["prompt_index"]]
+            for c in event.choices:
+                quiet = not (c.text or c.logprobs or c.finish_reason)
+                echo_due = c.index not in self.started and self.echoes[self._prompt_index(c.index)]
                 if quiet and not echo_due:
                     continue
-                choices.append(
-                    self._choice(c["index"], c.get("text") or "", c.get("logprobs"), reason)
-                )
+                choices.append(self._choice(c.index, c.text, c.logprobs, c.finish_reason))
             return [self._chunk(choices)] if choices else []
-        if kind not in TERMINAL_EVENTS:
+        if not isinstance(event, Terminal):
             return []
-        if kind == EventType.FAILED:
-            return [{"error": event.get("error") or cancelled_error()}]
-        if kind == EventType.CANCELLED:
-            return [{"error": cancelled_error()}]
-        reasons = event.get("finish_reasons") or {}
-        default = "content_filter" if kind == EventType.INCOMPLETE else "stop"
+        if event.type in (EventType.FAILED, EventType.CANCELLED):
+            return [{"error": error_json(ending_error(event))}]
+        default = default_finish_reason(event)
         payloads = []
         pending = [i for i in range(self.n) if i not in self.finished]
         if pending:
-            choices = [self._choice(i, "", None, reasons.get(str(i)) or default) for i in pending]
+            reasons = event.finish_reasons
+            choices = [self._choice(i, "", None, reasons.get(i) or default) for i in pending]
             payloads.append(self._chunk(choices))
         if self.include_usage:
-            payloads.append(self._chunk([], usage=self.ledger.summary(event).payload()))
+            payloads.append(self._chunk([], usage=usage_payload(self.ledger.usage(event))))
         return payloads
 
 
 def completion_result(
-    frames: CompletionFrames, payloads: list[dict[str, Any]], terminal: dict[str, Any]
+    frames: CompletionFrames, payloads: list[dict[str, Any]], terminal: Terminal
 ) -> dict[str, Any]:
     """The non-streamed ``text_completion``: the chunks' choices joined."""
     texts: dict[int, list[str]] = {i: [] for i in range(frames.n)}
@@ -196,5 +207,5 @@ def completion_result(
         "created": frames.created,
         "model": frames.model,
         "choices": choices,
-        "usage": frames.ledger.summary(terminal).payload(),
+        "usage": usage_payload(frames.ledger.usage(terminal)),
     }

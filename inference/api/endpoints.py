@@ -15,6 +15,7 @@ from inference.api import completions, sse
 from inference.api import responses as responses_api
 from inference.api.auth import api_key_auth
 from inference.api.capabilities import model_features
+from inference.api.chat import chat_request
 from inference.api.moderation_schemas import ModerationRequest, ModerationResponse
 from inference.api.schemas import (
     ChatCompletion,
@@ -109,11 +110,11 @@ async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRe
     ``X-Stream-Resumable: 1`` each also carries ``id: <seq>`` for a resume.
     """
     # X-Conversation-Id: the routing key's conversation (fleet.routing).
-    tap = await services.chat_completion_start(
-        api_key=request.auth,
-        request=payload,
-        conversation_id=request.headers.get("X-Conversation-Id"),
+    key = request.auth
+    internal = chat_request(
+        payload, tenant=key.tenant, conversation_id=request.headers.get("X-Conversation-Id")
     )
+    tap = await services.generation_start(request=internal, tenant=key.tenant, api_key=key)
     if payload.stream:
         resumable = sse.wants_resumable(request.headers.get(sse.RESUMABLE_HEADER))
         return await sse.stream_response(tap, resumable=resumable)

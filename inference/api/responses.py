@@ -1,9 +1,10 @@
 """``/v1/responses``: OpenAI's Responses API for text, on the chat path.
 
 The request's ``instructions`` and ``input`` (text, or message items with
-``input_text`` / ``output_text`` parts) become chat messages and go through
-``services.completion_start`` like a chat completion: the same auth,
-tiers, limits, budgets, usage records, moderation and cancellation.
+``input_text`` / ``output_text`` parts) become the chat turns of an
+``InferenceRequest`` and go through ``services.generation_start`` like a
+chat completion: the same auth, tiers, limits, budgets, usage records,
+moderation and cancellation.
 
 No server-side storage: ``store`` is accepted (true is OpenAI's default)
 but nothing is kept, so ``GET /v1/responses/{id}`` is not offered and
@@ -25,13 +26,22 @@ from django.http import JsonResponse
 from pydantic import Field, field_validator
 
 from inference import services
-from inference.api.openai_format import CompletionBuilder
-from inference.api.schemas import ENCODABLE, ChatCompletionRequest, StrictSchema
+from inference.api.openai_format import CompletionBuilder, ending_error
+from inference.api.schemas import ENCODABLE, StrictSchema
 from inference.api.sse import stream_response
 from inference.errors import InvalidRequest
-from inference.relay.tap import ResponseTap, failed_error, release_db_connection
-from tenants.models import ApiKey
-from wire.events import TERMINAL_EVENTS, EventType
+from inference.relay.tap import (
+    ResponseTap,
+    collect,
+    ended_badly,
+    failed_error,
+    release_db_connection,
+)
+from inference.request import ChatPrompt, ChatTurn, InferenceRequest, new_response_id
+from tenants.models import ApiKey, Tenant
+from wire.events import Created, Delta, Event, Terminal, TokenUsage
+from wire.sampling import Sampling
+from wire.tracing import TraceContext
 
 Text = Annotated[str, ENCODABLE]
 
@@ -82,32 +92,40 @@ class ResponsesRequest(StrictSchema):
             )
         return value
 
-    def chat_request(self) -> ChatCompletionRequest:
-        """The chat-path request: instructions first, as a system message."""
-        messages = (
-            [] if self.instructions is None else [{"role": "system", "content": self.instructions}]
-        )
-        if isinstance(self.input, str):
-            messages.append({"role": "user", "content": self.input})
-        else:
-            messages.extend({"role": m.role, "content": m.text} for m in self.input)
-        fields = {
-            "model": self.model,
-            "messages": messages,
-            "max_tokens": self.max_output_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "user": self.user,
-        }
-        return ChatCompletionRequest.model_validate(
-            {k: v for k, v in fields.items() if v is not None}
-        )
+
+
+def response_request(request: ResponsesRequest, *, tenant: Tenant) -> InferenceRequest:
+    """The internal request: instructions first, as a system turn."""
+    turns = [] if request.instructions is None else [ChatTurn("system", request.instructions)]
+    if isinstance(request.input, str):
+        turns.append(ChatTurn("user", request.input))
+    else:
+        turns.extend(ChatTurn(m.role, m.text) for m in request.input)
+    top_p = 1.0 if request.top_p is None else request.top_p
+    temperature = 1.0 if request.temperature is None else request.temperature
+    if top_p == 0:
+        # As chat: the nucleus always keeps the most likely token (greedy).
+        temperature, top_p = 0.0, 1.0
+    return InferenceRequest(
+        model=request.model,
+        prompt=ChatPrompt(tuple(turns)),
+        sampling=Sampling(
+            max_tokens=request.max_output_tokens, temperature=temperature, top_p=top_p
+        ),
+        tenant_id=tenant.pk,
+        tier=tenant.tier.name,
+        response_id=new_response_id("resp"),
+        trace=TraceContext.current(),
+        max_tokens_param="max_output_tokens",
+        user=request.user,
+    )
 
 
 async def responses_create(*, api_key: ApiKey, request: ResponsesRequest):
     """Admit the request, then answer one ``response`` (or its typed event stream)."""
-    tap = await services.completion_start(
-        tenant=api_key.tenant, request=request.chat_request(), api_key=api_key, id_prefix="resp"
+    tenant = api_key.tenant
+    tap = await services.generation_start(
+        request=response_request(request, tenant=tenant), tenant=tenant, api_key=api_key
     )
     shape = ResponseShape.of(request, tap)
     if request.stream:
@@ -149,7 +167,7 @@ class ResponseShape:
         status: str,
         *,
         text: str | None = None,
-        usage: dict[str, Any] | None = None,
+        usage: TokenUsage | None = None,
         error: dict[str, Any] | None = None,
         incomplete: str | None = None,
     ) -> dict[str, Any]:
@@ -185,16 +203,14 @@ def output_text(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def response_usage(chat_usage: dict[str, Any]) -> dict[str, Any]:
-    """Chat's usage in the Responses API's names."""
+def response_usage(usage: TokenUsage) -> dict[str, Any]:
+    """The usage object in the Responses API's names."""
     return {
-        "input_tokens": chat_usage["prompt_tokens"],
-        "input_tokens_details": {
-            "cached_tokens": chat_usage["prompt_tokens_details"]["cached_tokens"]
-        },
-        "output_tokens": chat_usage["completion_tokens"],
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": chat_usage["total_tokens"],
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
     }
 
 
@@ -207,11 +223,10 @@ def _ending(finish_reason: str | None) -> tuple[str, str | None]:
     return "completed", None
 
 
-def _error(event: dict[str, Any]) -> dict[str, Any]:
-    error = event.get("error") or {}
-    if event["type"] == EventType.CANCELLED:
-        return {"code": "cancelled", "message": "The response was cancelled before it finished."}
-    return {"code": error.get("code") or "server_error", "message": error.get("message") or ""}
+def _error(event: Terminal) -> dict[str, Any]:
+    """The Responses API's error object for a failed or cancelled ending."""
+    error = ending_error(event)
+    return {"code": error.code or "server_error", "message": error.message or ""}
 
 
 @dataclass(slots=True)
@@ -235,10 +250,10 @@ class ResponseEvents:
     def _part(self, **fields: Any) -> dict[str, Any]:
         return {"item_id": self.shape.message_id, "output_index": 0, "content_index": 0, **fields}
 
-    def payloads(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+    def payloads(self, event: Event) -> list[dict[str, Any]]:
         self.builder.add(event)
-        kind, s = event["type"], self.shape
-        if kind == EventType.CREATED:
+        s = self.shape
+        if isinstance(event, Created):
             return [
                 self._event("response.created", response=s.body("in_progress")),
                 self._event("response.in_progress", response=s.body("in_progress")),
@@ -249,22 +264,21 @@ class ResponseEvents:
                 ),
                 self._event("response.content_part.added", **self._part(part=output_text(""))),
             ]
-        if kind == EventType.DELTA:
-            delta = "".join(c.get("text") or "" for c in event["choices"] if c["index"] == 0)
+        if isinstance(event, Delta):
+            delta = "".join(c.text for c in event.choices if c.index == 0)
             if not delta:
                 return []
             self.text.append(delta)
             return [
                 self._event("response.output_text.delta", **self._part(delta=delta, logprobs=[]))
             ]
-        if kind not in TERMINAL_EVENTS:
+        if not isinstance(event, Terminal):
             return []
-        if kind in (EventType.FAILED, EventType.CANCELLED):
+        if ended_badly(event):
             return [self._event("response.failed", response=s.body("failed", error=_error(event)))]
-        result = self.builder.result(event)
         text = "".join(self.text)
-        status, reason = _ending(result["choices"][0]["finish_reason"])
-        body = s.body(status, text=text, usage=result["usage"], incomplete=reason)
+        status, reason = _ending(self.builder.finish_reason(event))
+        body = s.body(status, text=text, usage=self.builder.ledger.usage(event), incomplete=reason)
         return [
             self._event("response.output_text.done", **self._part(text=text, logprobs=[])),
             self._event("response.content_part.done", **self._part(part=output_text(text))),
@@ -281,22 +295,19 @@ async def _collected(tap: ResponseTap, shape: ResponseShape) -> JsonResponse:
     builder = CompletionBuilder(shape.response_id, shape.model, shape.created_at, 1, False)
     await release_db_connection()
     try:
-        while True:
-            event = await tap.next_event()
-            builder.add(event)
-            if event["type"] in TERMINAL_EVENTS:
-                break
+        event = await collect(tap, builder)
     except BaseException:
         tap.abandon()
         raise
-    if event["type"] in (EventType.FAILED, EventType.CANCELLED):
+    if ended_badly(event):
         error = failed_error(event)
         error.headers = {**tap.headers, **error.headers}
         raise error
-    result = builder.result(event)
-    status, reason = _ending(result["choices"][0]["finish_reason"])
-    text = result["choices"][0]["message"]["content"]
-    response = JsonResponse(shape.body(status, text=text, usage=result["usage"], incomplete=reason))
+    status, reason = _ending(builder.finish_reason(event))
+    usage = builder.ledger.usage(event)
+    response = JsonResponse(
+        shape.body(status, text=builder.text(), usage=usage, incomplete=reason)
+    )
     for name, value in tap.headers.items():
         response[name] = value
     return response

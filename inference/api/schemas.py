@@ -189,17 +189,7 @@ class ChatCompletionRequest(StrictSchema):
         tools_check(self)
         if self.top_logprobs and not self.logprobs:
             raise InvalidRequest("top_logprobs requires logprobs to be true.", param="top_logprobs")
-        if self.prompt_logprobs is not None and self.stream:
-            # As vLLM: prompt logprobs come whole with the response, never
-            # streamed (a stream's first chunk must not wait for them).
-            raise InvalidRequest(
-                "prompt_logprobs is not available when stream is true.", param="prompt_logprobs"
-            )
-        if self.stream_options is not None and not self.stream:
-            raise InvalidRequest(
-                "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-                param="stream_options",
-            )
+        stream_rules_check(self)
         if (
             self.max_tokens is not None
             and self.max_completion_tokens is not None
@@ -219,14 +209,23 @@ class ChatCompletionRequest(StrictSchema):
         return "max_tokens", self.max_tokens
 
     @property
-    def stop_list(self) -> list[str]:
-        if self.stop is None:
-            return []
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
-
-    @property
     def include_usage(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+def stream_rules_check(request: Any) -> None:
+    """What streaming rules out, for chat and completions alike."""
+    if request.prompt_logprobs is not None and request.stream:
+        # As vLLM: prompt logprobs come whole with the response, never
+        # streamed (a stream's first chunk must not wait for them).
+        raise InvalidRequest(
+            "prompt_logprobs is not available when stream is true.", param="prompt_logprobs"
+        )
+    if request.stream_options is not None and not request.stream:
+        raise InvalidRequest(
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            param="stream_options",
+        )
 
 
 # Responses (documentation; built as plain dicts by inference.relay.tap).

@@ -24,13 +24,15 @@ from inference.api.openai_format import ChunkStream
 from inference.errors import InvalidRequest
 from inference.relay.tap import (
     ResponseTap,
+    ShutdownEnding,
+    ended_badly,
     failed_error,
     release_db_connection,
     with_headers,
     with_rate_headers,
 )
 from inference.tool_calls.output import with_tool_calls
-from wire.events import TERMINAL_EVENTS, EventType
+from wire.events import Event, Terminal
 
 # An SSE comment this often keeps idle proxies from closing a slow stream
 # and makes a vanished client show up as a failed write.
@@ -43,7 +45,7 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 class Frames(Protocol):
     """Turns a response's events into the JSON payloads of SSE frames."""
 
-    def payloads(self, event: dict[str, Any]) -> list[dict[str, Any]]: ...
+    def payloads(self, event: Event) -> list[dict[str, Any]]: ...
 
 
 async def stream_response(
@@ -70,7 +72,7 @@ async def stream_response(
     except asyncio.CancelledError:
         tap.abandon()
         raise
-    if after_seq == 0 and first["type"] in (EventType.FAILED, EventType.CANCELLED):
+    if after_seq == 0 and ended_badly(first):
         raise with_rate_headers(failed_error(first), tap)
     route = tap.route
     if frames is None:
@@ -94,20 +96,21 @@ class _Encoding:
 
 
 async def _sse_body(
-    tap: ResponseTap, first: dict[str, Any], frames: Frames, after_seq: int, encoding: _Encoding
+    tap: ResponseTap, first: Event, frames: Frames, after_seq: int, encoding: _Encoding
 ) -> AsyncIterator[str]:
-    event: dict[str, Any] | None = first
+    event: Event | None = first
     try:
         while True:
             if event is None:
                 yield ": keep-alive\n\n"
             else:
-                seq = int(event["seq"])
+                seq = event.seq
                 payloads = frames.payloads(event)
-                terminal = event["type"] in TERMINAL_EVENTS
+                terminal = isinstance(event, Terminal)
+                local = isinstance(event, ShutdownEnding)
                 # ``created`` alone has no frame (the role chunk waits for
                 # the first content), so nothing is written for it.
-                if (payloads or terminal) and (seq > after_seq or event.get("local")):
+                if (payloads or terminal) and (seq > after_seq or local):
                     data = [json.dumps(p, separators=(",", ":")) for p in payloads]
                     names = [p.get("type") if encoding.named_events else None for p in payloads]
                     if terminal and encoding.done_marker:
@@ -115,7 +118,7 @@ async def _sse_body(
                         names.append(None)
                     # A web-made ending (shutdown) is no bus event: no id a
                     # resume could skip past the real ones with.
-                    framed_seq = seq if encoding.resumable and not event.get("local") else None
+                    framed_seq = seq if encoding.resumable and not local else None
                     yield encode_frames(data, framed_seq, event_names=names)
                 if terminal:
                     return

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 from django.conf import settings
 from opentelemetry.trace import SpanKind
@@ -33,11 +33,12 @@ from inference.admission.queue_wait import admission_check
 from wire import logs
 from wire.bus import Bus, BusUnavailable, get_bus
 from wire.events import (
-    TERMINAL_EVENTS,
+    Created,
+    ErrorInfo,
+    Event,
     EventType,
-    error_body,
-    terminal_event,
-    usage_from_events,
+    Terminal,
+    usage_of,
     worker_lost_error,
 )
 from wire.requests import GenerationRequest
@@ -234,10 +235,10 @@ async def cancel_request(response_id: str, *, worker_id: str, bus: Bus | None = 
     await (bus or get_bus()).request_abort(worker_id, response_id)
 
 
-async def _close_stream(bus: Bus, response_id: str, error: dict[str, Any]) -> None:
+async def _close_stream(bus: Bus, response_id: str, error: ErrorInfo) -> None:
     """Write a ``failed`` terminal unless the worker got there first."""
     seen = await bus.read_events(response_id, 0, 0)
-    event = terminal_event(EventType.FAILED, 0, usage=usage_from_events(seen), error=error)
+    event = Terminal(EventType.FAILED, 0, usage=usage_of(seen), error=error)
     await bus.publish_if_open(response_id, event)
 
 
@@ -248,7 +249,7 @@ async def stream_events(
     after_seq: int = 0,
     bus: Bus | None = None,
     idle_timeout: float | None = None,
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[Event]:
     """Yield the events after ``after_seq``, through the terminal one.
 
     A lost worker (liveness key expired) ends the stream with ``failed``
@@ -277,15 +278,15 @@ async def stream_events(
             bus_down_since = bus_down_since or now
             if now - bus_down_since >= BUS_GRACE_SECONDS:
                 # Not on the stream (the bus is down): only this reader sees it.
-                yield terminal_event(EventType.FAILED, seq + 1, error=_bus_lost_error())
+                yield Terminal(EventType.FAILED, seq + 1, error=_bus_lost_error())
                 return
             await asyncio.sleep(0.25)
             continue
         for event in events:
-            seq = event["seq"]
+            seq = event.seq
             watch.progress(event)
             yield event
-            if event["type"] in TERMINAL_EVENTS:
+            if isinstance(event, Terminal):
                 return
 
 
@@ -302,12 +303,12 @@ class _Watch:
         self.last_progress = time.monotonic()
         self.lost_at: float | None = None
 
-    def progress(self, event: dict[str, Any]) -> None:
+    def progress(self, event: Event) -> None:
         self.last_progress = time.monotonic()
         self.lost_at = None
-        if event["type"] == EventType.CREATED and event.get("worker_id"):
+        if isinstance(event, Created) and event.worker_id:
             # A peer that took the request over is the worker from now on.
-            self.worker_id = event["worker_id"]
+            self.worker_id = event.worker_id
 
     async def check(self) -> None:
         bus = self.bus
@@ -316,12 +317,10 @@ class _Watch:
             if time.monotonic() - self.last_progress >= self.idle_timeout:
                 await bus.request_abort(self.worker_id, self.response_id)
                 message = f"The response made no progress for {self.idle_timeout:.0f} seconds"
-                await _close_stream(
-                    bus, self.response_id, error_body(message, code="stream_timeout")
-                )
+                await _close_stream(bus, self.response_id, ErrorInfo(message, code="stream_timeout"))
             return
         seen = await bus.read_events(self.response_id, 0, 0)
-        owner = seen[0].get("worker_id") if seen and seen[0]["type"] == EventType.CREATED else None
+        owner = seen[0].worker_id if seen and isinstance(seen[0], Created) else None
         if owner and owner != self.worker_id:
             # A resume that started from a stale route: follow the stream's worker.
             self.worker_id = owner
@@ -333,8 +332,8 @@ class _Watch:
         await _close_stream(bus, self.response_id, worker_lost_error())
 
 
-def _bus_lost_error() -> dict[str, Any]:
-    return error_body(
+def _bus_lost_error() -> ErrorInfo:
+    return ErrorInfo(
         "The message bus became unavailable; the response stream was lost",
         code="bus_unavailable",
     )
@@ -347,18 +346,18 @@ async def wait_for_terminal(
     after_seq: int = 0,
     timeout: float = 30.0,
     bus: Bus | None = None,
-) -> dict[str, Any] | None:
+) -> Terminal | None:
     """Drain the stream and return its terminal event (None on timeout).
 
     For a relay whose client left: after ``cancel_request`` the
     ``cancelled`` event carries the usage to record.
     """
 
-    async def drain() -> dict[str, Any] | None:
+    async def drain() -> Terminal | None:
         async for event in stream_events(
             response_id, worker_id=worker_id, after_seq=after_seq, bus=bus
         ):
-            if event["type"] in TERMINAL_EVENTS:
+            if isinstance(event, Terminal):
                 return event
         return None
 

@@ -3,11 +3,11 @@
 Each prompt is a response of its own (its own id, worker, usage record and
 limits); ``MultiTap`` merges their events into the stream of one response
 with ``len(taps) * n`` choices, so the relay and the formatters see one
-stream in the bus contract's shape: one ``created``, deltas whose choice
-indices are offset by ``prompt_index * n`` (and say their ``prompt_index``),
-then one terminal event once every response has ended, with the usage
-summed. The first failure ends the merged stream and abandons the others
-(their taps still record what they used).
+stream in the bus contract's shape: one ``Created``, deltas whose choice
+indices are offset by ``prompt_index * n``, then one ``Terminal`` once
+every response has ended, with the usage summed. The first failure ends
+the merged stream and abandons the others (their taps still record what
+they used).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from dataclasses import replace
 from typing import Any
 
 from inference.relay.tap import ResponseRoute, ResponseTap, spawn
-from wire.events import TERMINAL_EVENTS, EventType, usage_body
+from wire.codec import prompt_logprobs_json
+from wire.events import Created, Delta, Event, EventType, PromptLogprobs, Terminal, TokenUsage
 
 
 class MultiTap:
@@ -32,20 +33,20 @@ class MultiTap:
         self.route: ResponseRoute = replace(first, n=n * len(taps))
         # The last admission's rate-limit headers are the most current.
         self.headers = dict(taps[-1].headers)
-        self._queue: asyncio.Queue[tuple[int, dict[str, Any]]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
         self._seq = 0
-        self._ends: dict[int, dict[str, Any]] = {}
-        self._prompt: dict[int, list | None] = {}
+        self._ends: dict[int, Terminal] = {}
+        self._prompt: dict[int, PromptLogprobs] = {}
         self._pumps = [spawn(self._pump(i, tap)) for i, tap in enumerate(taps)]
 
     async def _pump(self, index: int, tap: ResponseTap) -> None:
         while True:
             event = await tap.next_event()
             self._queue.put_nowait((index, event))
-            if event["type"] in TERMINAL_EVENTS:
+            if isinstance(event, Terminal):
                 return
 
-    async def next_event(self, timeout: float | None = None) -> dict[str, Any] | None:
+    async def next_event(self, timeout: float | None = None) -> Event | None:
         """The next merged event, or None when ``timeout`` passes first."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
@@ -59,55 +60,48 @@ class MultiTap:
             if merged is not None:
                 return merged
 
-    def _merge(self, index: int, event: dict[str, Any]) -> dict[str, Any] | None:
-        kind = event["type"]
-        if kind == EventType.CREATED:
+    def _merge(self, index: int, event: Event) -> Event | None:
+        if isinstance(event, Created):
             if self._seq:
                 return None
-            return self._next({**event, "response_id": self.route.response_id})
-        if kind == EventType.DELTA:
+            return replace(event, response_id=self.route.response_id, seq=self._next())
+        if isinstance(event, Delta):
+            # Choice indices as OpenAI numbers them: prompt_index * n + j.
             offset = index * self._n
-            choices = [
-                {**c, "index": c["index"] + offset, "prompt_index": index} for c in event["choices"]
-            ]
-            merged = {**event, "choices": choices}
-            if "prompt_logprobs" in event:
-                self._prompt[index] = event["prompt_logprobs"]
-                merged["prompt_logprobs_of"] = {index: merged.pop("prompt_logprobs")}
-            return self._next(merged)
+            choices = tuple(replace(c, index=c.index + offset) for c in event.choices)
+            if event.prompt_logprobs is not None:
+                self._prompt[index] = event.prompt_logprobs
+            return replace(event, seq=self._next(), choices=choices)
         self._ends[index] = event
-        if kind in (EventType.FAILED, EventType.CANCELLED):
+        if event.type in (EventType.FAILED, EventType.CANCELLED):
             self.abandon()
-            return self._next(dict(event))
+            return replace(event, seq=self._next())
         if len(self._ends) < len(self._taps):
             return None
-        return self._next(self._combined())
+        return self._combined()
 
-    def _combined(self) -> dict[str, Any]:
+    def _combined(self) -> Terminal:
         ends = [self._ends[i] for i in range(len(self._taps))]
-        usage = usage_body()
-        reasons: dict[str, str] = {}
+        usage = TokenUsage()
+        reasons: dict[int, str] = {}
         for i, end in enumerate(ends):
-            for key in usage:
-                usage[key] += int((end.get("usage") or {}).get(key) or 0)
-            for choice, reason in (end.get("finish_reasons") or {}).items():
-                reasons[str(int(choice) + i * self._n)] = reason
-        incomplete = any(e["type"] == EventType.INCOMPLETE for e in ends)
-        return {
-            "type": EventType.INCOMPLETE.value if incomplete else EventType.COMPLETED.value,
-            "usage": usage,
-            "metrics": ends[0].get("metrics") or {},
-            "finish_reasons": reasons,
-        }
+            usage += end.usage
+            for choice, reason in end.finish_reasons.items():
+                reasons[choice + i * self._n] = reason
+        incomplete = any(e.type == EventType.INCOMPLETE for e in ends)
+        kind = EventType.INCOMPLETE if incomplete else EventType.COMPLETED
+        return Terminal(kind, self._next(), usage, ends[0].metrics, reasons)
 
-    def _next(self, event: dict[str, Any]) -> dict[str, Any]:
+    def _next(self) -> int:
         self._seq += 1
-        event["seq"] = self._seq
-        return event
+        return self._seq
 
-    def prompt_logprobs(self) -> list:
+    def prompt_logprobs(self) -> list[list[dict[str, dict[str, Any]] | None] | None]:
         """Per prompt, its prompt logprobs (vLLM's shape), in prompt order."""
-        return [self._prompt.get(i) for i in range(len(self._taps))]
+        return [
+            prompt_logprobs_json(self._prompt[i]) if i in self._prompt else None
+            for i in range(len(self._taps))
+        ]
 
     def abandon(self) -> None:
         """The client left (or one prompt failed): end every response still running."""

@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import asdict, dataclass
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -29,11 +29,13 @@ from django.http import JsonResponse
 
 from inference import metrics
 from inference.admission.limits import LeaseKeeper
-from inference.api.openai_format import CompletionBuilder, UsageLedger, UsageSummary
+from inference.admission.settlement import Settlement, response_settle
+from inference.api.openai_format import CompletionBuilder, UsageLedger
 from inference.errors import APIError, InvalidRequest, ServerError, ServiceUnavailable
 from inference.relay.dispatch import cancel_request, stream_events
 from inference.tool_calls.output import with_tool_calls
-from wire.events import TERMINAL_EVENTS, EventType, error_body, terminal_event, usage_body
+from inference.tool_calls.setup import ToolParsing
+from wire.events import Created, ErrorInfo, Event, EventType, Terminal, TokenUsage
 from wire.tracing import tracer
 
 logger = logging.getLogger(__name__)
@@ -47,7 +49,7 @@ _open_taps: set[ResponseTap] = set()
 
 
 # A filter over a response's events (inference.moderation.reply_guard).
-Guard = Callable[[AsyncIterator[dict[str, Any]]], AsyncIterator[dict[str, Any]]]
+Guard = Callable[[AsyncIterator[Event]], AsyncIterator[Event]]
 
 
 def spawn(coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
@@ -93,16 +95,14 @@ class ResponseRoute:
     created: int
     prompt_tokens: int
     model_version: str = ""
-    # inference.tool_calls.ToolParsing as a dict: how to read tool calls
-    # out of the text; None: plain text.
-    tool_parsing: dict[str, Any] | None = None
+    # How to read tool calls out of the text; None: plain text.
+    tool_parsing: ToolParsing | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ResponseRoute:
-        return cls(**data)
+@dataclass(slots=True, frozen=True)
+class ShutdownEnding(Terminal):
+    """The ``failed`` ending this process gives a client when it stops: no
+    event of the bus (its seq is no position a resume could skip to)."""
 
 
 class ResponseTap:
@@ -113,8 +113,9 @@ class ResponseTap:
         "headers",
         "task",
         "sent_at",
+        "prompt_token_ids",
         "_queue",
-        "_on_terminal",
+        "_settlement",
         "_leases",
         "_ended",
         "_abort",
@@ -126,13 +127,16 @@ class ResponseTap:
         self,
         route: ResponseRoute,
         *,
-        on_terminal: Callable[[ResponseRoute, UsageSummary], Awaitable[None]] | None,
+        settlement: Settlement | None,
         abort_on_abandon: bool,
         sent_at: float | None = None,
         leases: LeaseKeeper | None = None,
         guard: Guard | None = None,
+        prompt_token_ids: list[int] | None = None,
     ):
         self.route = route
+        # The prompt as dispatched (completions' echo reads it); None: a resume.
+        self.prompt_token_ids = prompt_token_ids
         # Safety (inference.moderation.reply_guard): filters the events, and
         # may end the response with content_filter before the worker does.
         self._guard = guard
@@ -141,8 +145,11 @@ class ResponseTap:
         self.sent_at = sent_at
         # Extra response headers (rate-limit state) set before the response starts.
         self.headers: dict[str, str] = {}
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._on_terminal = on_terminal
+        self._queue: asyncio.Queue[Event] = asyncio.Queue()
+        # What the end of the response settles: its usage record and its
+        # claims on the tenant's limits; None for a reader that settles
+        # nothing (a resume).
+        self._settlement = settlement
         # Renews the response's leases (slot, budget hold) while it is read.
         self._leases = leases
         self._ended = False
@@ -155,19 +162,21 @@ class ResponseTap:
         cls,
         route: ResponseRoute,
         *,
-        on_terminal: Callable[[ResponseRoute, UsageSummary], Awaitable[None]] | None = None,
+        settlement: Settlement | None = None,
         abort_on_abandon: bool = True,
         sent_at: float | None = None,
         leases: LeaseKeeper | None = None,
         guard: Guard | None = None,
+        prompt_token_ids: list[int] | None = None,
     ) -> ResponseTap:
         tap = cls(
             route,
-            on_terminal=on_terminal,
+            settlement=settlement,
             abort_on_abandon=abort_on_abandon,
             sent_at=sent_at,
             leases=leases,
             guard=guard,
+            prompt_token_ids=prompt_token_ids,
         )
         tap.task = spawn(tap._run())
         _open_taps.add(tap)
@@ -187,19 +196,19 @@ class ResponseTap:
     async def _relay(self) -> str:
         """Read the events through the terminal one; returns its type."""
         ledger = self._ledger
-        terminal = None
+        terminal: Terminal | None = None
         events = stream_events(self.route.response_id, worker_id=self.route.worker_id)
         if self._guard is not None:
             events = self._guard(events)
         try:
             async for event in events:
                 ledger.add(event)
-                if event["type"] == EventType.CREATED and event.get("worker_id"):
+                if isinstance(event, Created) and event.worker_id:
                     # A peer took over a request its worker died holding:
                     # aborts and the usage record go to the one serving it.
-                    self.route.worker_id = event["worker_id"]
+                    self.route.worker_id = event.worker_id
                 # stream_events ends right after the terminal event.
-                if event["type"] in TERMINAL_EVENTS:
+                if isinstance(event, Terminal):
                     terminal = event
                 else:
                     self._queue.put_nowait(event)
@@ -222,32 +231,36 @@ class ResponseTap:
         model = self.route.model
         ended_at = metrics.worker_ended_at(final, sent_at=self.sent_at)
         metrics.lag_observe(metrics.RELAY_LAG, model, ended_at)
-        if self._on_terminal is not None:
-            metrics.RESPONSES.labels(model, final["type"]).inc()
+        if self._settlement is not None:
+            metrics.RESPONSES.labels(model, final.type.value).inc()
             try:
                 with tracer.start_as_current_span("usage.settle"):
-                    await self._on_terminal(self.route, ledger.summary(final))
+                    await response_settle(
+                        settlement=self._settlement,
+                        route=self.route,
+                        terminal=final,
+                        usage=ledger.usage(final),
+                    )
                 metrics.lag_observe(metrics.SETTLEMENT_LAG, model, ended_at)
             except Exception:
                 logger.exception("Settling the usage of %s failed", self.route.response_id)
-            usage = final.get("usage") or {}
             logger.info(
                 "response %s %s: %s prompt + %s completion tokens",
                 self.route.response_id,
-                final["type"],
-                usage.get("prompt_tokens", 0),
-                usage.get("completion_tokens", 0),
+                final.type.value,
+                final.usage.prompt_tokens,
+                final.usage.completion_tokens,
             )
         # Enqueued after settling, so a client that saw the end of its
         # response can already read its usage record.
         self._end(final)
-        return final["type"]
+        return final.type.value
 
-    def _end(self, terminal: dict[str, Any]) -> None:
+    def _end(self, terminal: Terminal) -> None:
         self._ended = True
         self._queue.put_nowait(terminal)
 
-    async def next_event(self, timeout: float | None = None) -> dict[str, Any] | None:
+    async def next_event(self, timeout: float | None = None) -> Event | None:
         """The next event, or None when ``timeout`` passes first."""
         if timeout is None:
             return await self._queue.get()
@@ -269,14 +282,12 @@ class ResponseTap:
         """
         if self._ended:
             return
-        self._end(
-            _interrupted(
-                self._ledger,
-                message="The server is shutting down; the response was stopped.",
-                code="server_shutdown",
-            )
-            | {"local": True}
+        ending = _interrupted(
+            self._ledger,
+            message="The server is shutting down; the response was stopped.",
+            code="server_shutdown",
         )
+        self._end(ShutdownEnding(ending.type, ending.seq, ending.usage, error=ending.error))
         if self._abort:
             spawn(_cancel_quietly(self.route))
         elif self.task is not None:
@@ -297,13 +308,11 @@ def _interrupted(
     *,
     message: str = "The response stream was interrupted",
     code: str = "stream_interrupted",
-) -> dict[str, Any]:
+) -> Terminal:
     """A ``failed`` ending for a stream that could not be read to its end."""
-    usage = usage_body(
-        prompt_tokens=ledger.prompt_tokens, completion_tokens=ledger.completion_tokens
-    )
-    error = error_body(message, code=code)
-    return terminal_event(EventType.FAILED, ledger.last_seq + 1, usage=usage, error=error)
+    usage = TokenUsage(ledger.prompt_tokens, ledger.completion_tokens)
+    error = ErrorInfo(message, code=code)
+    return Terminal(EventType.FAILED, ledger.last_seq + 1, usage=usage, error=error)
 
 
 async def _cancel_quietly(route: ResponseRoute) -> None:
@@ -313,19 +322,24 @@ async def _cancel_quietly(route: ResponseRoute) -> None:
         logger.warning("Could not cancel %s", route.response_id, exc_info=True)
 
 
-def failed_error(event: dict[str, Any]) -> APIError:
+def failed_error(event: Terminal) -> APIError:
     """The HTTP error for a response that failed before its first byte."""
-    error = event.get("error") or {}
-    message = error.get("message") or "The response failed."
-    if event["type"] == EventType.CANCELLED:
+    if event.type == EventType.CANCELLED:
         return ServiceUnavailable(
             "The response was cancelled before it finished.", code="cancelled"
         )
-    if error.get("code") == "server_shutdown":
+    error = event.error or ErrorInfo("The response failed.")
+    message = error.message or "The response failed."
+    if error.code == "server_shutdown":
         return ServiceUnavailable(message, code="server_shutdown")
-    if error.get("type") == "invalid_request_error":
-        return InvalidRequest(message, param=error.get("param"), code=error.get("code"))
-    return ServerError(message, code=error.get("code"))
+    if error.type == "invalid_request_error":
+        return InvalidRequest(message, param=error.param, code=error.code)
+    return ServerError(message, code=error.code)
+
+
+def ended_badly(event: Event | None) -> bool:
+    """Whether ``event`` is a ``failed`` or ``cancelled`` ending."""
+    return isinstance(event, Terminal) and event.type in (EventType.FAILED, EventType.CANCELLED)
 
 
 async def completion_response(tap: ResponseTap) -> JsonResponse:
@@ -337,17 +351,25 @@ async def completion_response(tap: ResponseTap) -> JsonResponse:
     )
     await release_db_connection()
     try:
-        while True:
-            event = await tap.next_event()
-            builder.add(event)
-            if event["type"] in TERMINAL_EVENTS:
-                break
+        event = await collect(tap, builder)
     except asyncio.CancelledError:
         tap.abandon()
         raise
-    if event["type"] in (EventType.FAILED, EventType.CANCELLED):
+    if ended_badly(event):
         raise with_rate_headers(failed_error(event), tap)
     return with_headers(JsonResponse(builder.result(event)), tap.headers)
+
+
+async def collect(tap: Any, builder: Any) -> Terminal:
+    """Feed ``builder`` (anything with ``add``) every event of ``tap`` (a
+    ResponseTap or alike) through the ending; returns the ending."""
+    while True:
+        event = await tap.next_event()
+        if event is None:
+            continue
+        builder.add(event)
+        if isinstance(event, Terminal):
+            return event
 
 
 async def release_db_connection() -> None:
