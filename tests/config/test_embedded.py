@@ -10,6 +10,7 @@ from inference.relay.dispatch import dispatch_request, stream_events
 from tests.wire.bus.buses import uid
 from wire.bus import get_bus, reset_buses
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 from wire.workers import WorkerState
 
 
@@ -40,13 +41,13 @@ async def test_first_dispatch_starts_the_embedded_engine_once(embedded_settings)
             response_id=uid("resp"),
             model=model,
             prompt_token_ids=prompt,
-            sampling={"max_tokens": 8, "temperature": 0.0},
+            sampling=Sampling(max_tokens=8, temperature=0.0),
         )
         worker = await dispatch_request(request)
         assert worker.state == WorkerState.READY and worker.worker_id.startswith("embedded-")
         events = [e async for e in stream_events(request.response_id, worker_id=worker.worker_id)]
         finished.append(events[-1])
-    assert [e["type"] for e in finished] == ["completed", "completed"]
+    assert [e.type for e in finished] == ["completed", "completed"]
     started = embedded.current()
     assert started is embedded_setup.start() and started.thread.is_alive()
     assert started.worker_id == worker.worker_id

@@ -29,9 +29,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from billing.models import UsageRecord
 from gpuworkers.metrics import TTFT_BUCKETS
-from tests.e2e import conftest as e2e
 from tests.e2e.prometheus import BINARY, Prometheus, finite, quantile_bounds
 from tests.gpuworkers.test_metrics import VLLM_SAMPLES
+from tests.plugins import topology as e2e
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
 
-from billing.services import usage_record_create
 from gpuworkers.engine.sampling_params import SamplingParams
 from inference.relay.dispatch import dispatch_request, wait_for_terminal
+from tests.usage_records import record_usage
 from wire.bus import Bus
 from wire.requests import GenerationRequest
 
@@ -80,11 +80,11 @@ class Traffic:
         terminal = await wait_for_terminal(
             request.response_id, worker_id=worker.worker_id, bus=self.bus, timeout=60
         )
-        status = terminal["type"] if terminal else "failed"
+        status = terminal.type if terminal else "failed"
         usage = (terminal or {}).get("usage") or {}
         metrics = (terminal or {}).get("metrics") or {}
         # Thread-sensitive: one thread, one pooled connection, however many requests.
-        await sync_to_async(usage_record_create)(
+        await sync_to_async(record_usage)(
             response_id=request.response_id,
             tenant_id=self.tenant_id,
             model=self.model,
@@ -95,7 +95,7 @@ class Traffic:
             cached_tokens=usage.get("cached_tokens", 0),
             completion_tokens=usage.get("completion_tokens", 0),
             queue_time_ms=int(metrics.get("queue_time_ms") or 0),
-            ttft_ms=None if metrics.get("ttft_ms") is None else int(metrics["ttft_ms"]),
+            ttft_ms=None if metrics.get("ttft_ms") is None else int(metrics.ttft_ms),
             duration_ms=int(metrics.get("duration_ms") or 0),
             worker_id=worker.worker_id,
             model_version=worker.version,

@@ -17,6 +17,7 @@ from inference.admission.queue_wait import (
 from inference.relay.dispatch import dispatch_request
 from tests.wire.bus.buses import make_buses, uid
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 from wire.workers import WorkerInfo, WorkerState
 
 WEIGHTS = {"enterprise": 0.50, "pro": 0.35, "free": 0.15}
@@ -37,7 +38,11 @@ def worker(model="m", fair_queue=None, capacity=8, **load) -> WorkerInfo:
 
 def request(tier: str, model="m", prompt=10) -> GenerationRequest:
     return GenerationRequest(
-        response_id=uid("resp"), model=model, prompt_token_ids=[1] * prompt, sampling={}, tier=tier
+        response_id=uid("resp"),
+        model=model,
+        prompt_token_ids=[1] * prompt,
+        sampling=Sampling(),
+        tier=tier,
     )
 
 

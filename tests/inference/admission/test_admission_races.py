@@ -28,10 +28,10 @@ from billing.models import Price, UsageRecord
 from billing.selectors import month_spend, month_start
 from inference.relay import tap as relay
 from tenants.models import Tier
-from tests.inference.asgi_client import sdk_client
-from tests.inference.conftest import DEMO, ScriptedWorker
+from tests.plugins.asgi_client import sdk_client
+from tests.plugins.fake_worker import FakeWorker
+from tests.plugins.request_path import DEMO
 from tests.tenants.ratelimit_backends import KINDS, make_limiter, redis_test_url
-from wire.events import EventType, delta_event, terminal_event, usage_body
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -42,28 +42,6 @@ pytestmark = [
 FIRED, AFFORDED = 100, 10
 MAX_TOKENS, USED_TOKENS = 5, 3
 MESSAGES = [{"role": "user", "content": "Say hi"}]
-
-
-class HeldWorker(ScriptedWorker):
-    """Answers each request with one delta, then holds it until ``release()``,
-    which completes every held response with USED_TOKENS completion tokens."""
-
-    def _answer(self, request) -> None:
-        self.mode = "hold"
-        super()._answer(request)
-
-    def release(self) -> None:
-        for rid, (seq, prompt, _) in list(self._held.items()):
-            self._held.pop(rid)
-            choice = {"index": 0, "text": "ok", "token_ids": [7], "logprobs": None}
-            self.bus.publish(rid, delta_event(seq + 1, [{**choice, "finish_reason": "stop"}]))
-            usage = usage_body(prompt_tokens=prompt, completion_tokens=USED_TOKENS)
-            self.bus.publish(
-                rid,
-                terminal_event(
-                    EventType.COMPLETED, seq + 2, usage=usage, finish_reasons={"0": "stop"}
-                ),
-            )
 
 
 @pytest.fixture(params=KINDS)
@@ -82,10 +60,9 @@ def claims(request, memory_bus, monkeypatch):
 
 
 @pytest.fixture
-def held_worker(memory_bus):
-    worker = HeldWorker().start()
-    yield worker
-    worker.stop()
+def held_worker(fake_worker):
+    """Answers each request with one delta, then holds it until ``release``."""
+    return fake_worker(mode="hold")
 
 
 @pytest.fixture
@@ -126,7 +103,7 @@ def make_tenant(api_key_factory, demo_model):
     return sync_to_async(make)
 
 
-async def burst(worker: HeldWorker, key: str) -> tuple[list, list]:
+async def burst(worker: FakeWorker, key: str) -> tuple[list, list]:
     """FIRED requests at once; returns (completions, refusals) once all have ended."""
     client = sdk_client(key)
 
@@ -142,7 +119,7 @@ async def burst(worker: HeldWorker, key: str) -> tuple[list, list]:
     while sum(t.done() for t in tasks) + len(worker.received) - before < FIRED:
         assert time.monotonic() < deadline, "the burst was never fully admitted or refused"
         await asyncio.sleep(0.05)
-    worker.release()
+    worker.release(completion_tokens=USED_TOKENS)
     results = await asyncio.gather(*tasks, return_exceptions=True)
     await relay.drain_background()
     refused = [r for r in results if isinstance(r, BaseException)]
@@ -182,7 +159,7 @@ async def test_100_concurrent_requests_never_use_past_a_quota_that_affords_10(
     )
     while not held_worker.received:
         await asyncio.sleep(0.01)
-    held_worker.release()
+    held_worker.release(completion_tokens=USED_TOKENS)
     prompt = (await probe).usage.prompt_tokens
     quota = AFFORDED * (prompt + MAX_TOKENS)
     api_key, key = await make_tenant(quota=quota)

@@ -20,8 +20,8 @@ from billing.ledger.redis_ledger import RedisLedger
 from billing.selectors import usage_month_tokens
 from inference.relay import tap as relay
 from tenants.models import Tenant, Tier
-from tests.inference.asgi_client import asgi_post, sdk_client
-from tests.inference.conftest import DEMO
+from tests.plugins.asgi_client import asgi_post, sdk_client
+from tests.plugins.request_path import DEMO
 from tests.tenants.ratelimit_backends import KINDS, make_limiter
 
 pytestmark = [
@@ -76,10 +76,10 @@ async def create(key: str):
     )
 
 
-async def test_a_stream_longer_than_its_lease_keeps_its_slot(worker_factory, limiter, make_key):
+async def test_a_stream_longer_than_its_lease_keeps_its_slot(fake_worker, limiter, make_key):
     """Cap 1, leases of one second: a stream held for three leases is renewed while it
     lives, so a second request is refused throughout; once it ends, the slot is free."""
-    worker = worker_factory(mode="hold")
+    worker = fake_worker(mode="hold")
     api_key, key = await make_key(concurrent=1)
     held = asgi_post(
         "/v1/chat/completions",
@@ -104,11 +104,11 @@ async def test_a_stream_longer_than_its_lease_keeps_its_slot(worker_factory, lim
 
 
 async def test_a_failed_response_gives_its_tokens_back_to_the_monthly_quota(
-    worker_factory, limiter, make_key
+    fake_worker, limiter, make_key
 ):
     """Failed responses are not billed, so they use none of the month's quota: not in
     the counter after settlement, nor in the seed a lost counter is rebuilt from."""
-    worker_factory(tokens=2, mode="fail")
+    fake_worker(tokens=2, mode="fail")
     api_key, key = await make_key()
     with pytest.raises(openai.InternalServerError):
         await create(key)
@@ -131,11 +131,11 @@ def ledger_down(monkeypatch):
     [(Tenant.BudgetWhenRedisDown.REFUSE, False), (Tenant.BudgetWhenRedisDown.ALLOW, True)],
 )
 async def test_a_budget_that_cannot_be_checked_refuses_unless_the_tenant_serves_anyway(
-    worker_factory, limiter, make_key, ledger_down, choice, served
+    fake_worker, limiter, make_key, ledger_down, choice, served
 ):
     """A hard budget with Redis unreachable: by default 503 budget_unavailable before
     any GPU work; a tenant that chose "allow" is served without the hard stop."""
-    worker = worker_factory(tokens=1)
+    worker = fake_worker(tokens=1)
     api_key, key = await make_key()
     tenant = await sync_to_async(lambda: api_key.tenant)()
     tenant.monthly_budget = Decimal("100")

@@ -16,8 +16,8 @@ from asgiref.sync import sync_to_async
 from billing.models import UsageRecord
 from inference.admission import drain
 from inference.relay import tap as relay
-from tests.inference.asgi_client import ASGIStream, asgi_post, sse_events
-from tests.inference.conftest import DEMO
+from tests.plugins.asgi_client import ASGIStream, asgi_post, sse_events
+from tests.plugins.request_path import DEMO
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -34,10 +34,8 @@ def serving_again():
     drain.reset()
 
 
-async def test_drain_refuses_new_work_and_ends_open_streams_at_the_deadline(
-    worker_factory, pro_key
-):
-    worker = worker_factory(mode="hold")
+async def test_drain_refuses_new_work_and_ends_open_streams_at_the_deadline(fake_worker, pro_key):
+    worker = fake_worker(mode="hold")
     stream = asgi_post("/v1/chat/completions", pro_key, BODY)
     seen = await stream.read_until(b"c0t0")
     response_id = json.loads(sse_events(seen)[0][1])["id"]
@@ -65,7 +63,7 @@ async def test_drain_refuses_new_work_and_ends_open_streams_at_the_deadline(
     assert record.status == "cancelled" and record.completion_tokens == 1
 
 
-async def test_drain_with_nothing_open_returns_at_once(worker_factory, pro_key):
+async def test_drain_with_nothing_open_returns_at_once(fake_worker, pro_key):
     report = await drain.drain(deadline_seconds=30.0)
     assert (report.open_at_start, report.shut_down) == (0, 0)
     assert report.seconds < 10

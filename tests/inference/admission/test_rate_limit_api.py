@@ -12,12 +12,12 @@ import pytest
 from asgiref.sync import sync_to_async
 
 import tenants.ratelimit as ratelimit
-from billing.services import usage_record_create
 from inference.relay import tap as relay
 from tenants.models import Tier
-from tests.inference.asgi_client import asgi_post, sdk_client
-from tests.inference.conftest import DEMO
+from tests.plugins.asgi_client import asgi_post, sdk_client
+from tests.plugins.request_path import DEMO
 from tests.tenants.ratelimit_backends import KINDS, make_limiter
+from tests.usage_records import record_usage
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -81,10 +81,10 @@ async def create(client: openai.AsyncOpenAI, max_tokens: int = 5):
 
 
 async def test_success_carries_rate_limit_headers_and_tokens_settle_exactly(
-    worker_factory, limiter, make_key
+    fake_worker, limiter, make_key
 ):
     """Every success has the six headers; the next admission sees the exact usage."""
-    worker_factory(tokens=3)
+    fake_worker(tokens=3)
     _, key = await make_key(tpm_limit=10_000)
     client = sdk_client(key)
     first = await create(client, max_tokens=50)
@@ -106,9 +106,9 @@ async def test_success_carries_rate_limit_headers_and_tokens_settle_exactly(
     assert second.headers["x-ratelimit-remaining-requests"] == "98"
 
 
-async def test_rpm_refusal_is_rate_limit_error_with_retry_after(worker_factory, limiter, make_key):
+async def test_rpm_refusal_is_rate_limit_error_with_retry_after(fake_worker, limiter, make_key):
     """Over the key's rpm: 429 rate_limit_exceeded, Retry-After and the headers."""
-    worker_factory(tokens=1)
+    fake_worker(tokens=1)
     _, key = await make_key(rpm_limit=2)
     client = sdk_client(key)
     await create(client)
@@ -126,9 +126,9 @@ async def test_rpm_refusal_is_rate_limit_error_with_retry_after(worker_factory, 
     assert all(name in headers for name in HEADERS)
 
 
-async def test_tpm_refusal_names_tokens(worker_factory, limiter, make_key):
+async def test_tpm_refusal_names_tokens(fake_worker, limiter, make_key):
     """A reservation over the tokens left is a 429 of type ``tokens``."""
-    worker_factory(tokens=1)
+    fake_worker(tokens=1)
     _, key = await make_key(tpm_limit=500)
     with pytest.raises(openai.RateLimitError) as caught:
         await create(sdk_client(key), max_tokens=600)
@@ -138,11 +138,11 @@ async def test_tpm_refusal_names_tokens(worker_factory, limiter, make_key):
     assert int(caught.value.response.headers["retry-after"]) >= 1
 
 
-async def test_over_monthly_quota_is_insufficient_quota(worker_factory, limiter, make_key):
+async def test_over_monthly_quota_is_insufficient_quota(fake_worker, limiter, make_key):
     """Usage this month (from the usage records) + the request over quota: 429 insufficient_quota."""
-    worker = worker_factory(tokens=1)
+    worker = fake_worker(tokens=1)
     api_key, key = await make_key(quota=1000)
-    await sync_to_async(usage_record_create)(
+    await sync_to_async(record_usage)(
         response_id="chatcmpl-earlier",
         tenant_id=api_key.tenant_id,
         api_key_id=api_key.pk,
@@ -165,9 +165,9 @@ async def test_over_monthly_quota_is_insufficient_quota(worker_factory, limiter,
     assert worker.received == []
 
 
-async def test_an_exhausted_budget_is_insufficient_quota(worker_factory, limiter, make_key):
+async def test_an_exhausted_budget_is_insufficient_quota(fake_worker, limiter, make_key):
     """billing's BudgetExhausted reaches the client as OpenAI's 429 insufficient_quota."""
-    worker = worker_factory(tokens=1)
+    worker = fake_worker(tokens=1)
     api_key, key = await make_key()
     tenant = await sync_to_async(lambda: api_key.tenant)()
     tenant.monthly_budget = Decimal("0")
@@ -191,11 +191,11 @@ SETTLED = {
 
 @pytest.mark.parametrize("mode", ["complete", "fail", "reject"])
 async def test_slot_released_and_tokens_settled_after_each_ending(
-    worker_factory, limiter, make_key, mode
+    fake_worker, limiter, make_key, mode
 ):
     """Completed, failed and rejected responses give their slot back and settle
     their tokens (a rejection before the first token is refunded in full)."""
-    worker = worker_factory(tokens=2, mode=mode)
+    worker = fake_worker(tokens=2, mode=mode)
     api_key, key = await make_key(concurrent=1)
     client = sdk_client(key)
     for _ in range(2):
@@ -214,9 +214,9 @@ async def test_slot_released_and_tokens_settled_after_each_ending(
     assert response.headers["x-ratelimit-remaining-tokens"] == str(expected)
 
 
-async def test_disconnect_releases_the_slot_and_the_cap_holds(worker_factory, limiter, make_key):
+async def test_disconnect_releases_the_slot_and_the_cap_holds(fake_worker, limiter, make_key):
     """Cap 1: a held stream blocks the next request; its client leaving frees it."""
-    worker = worker_factory(mode="hold")
+    worker = fake_worker(mode="hold")
     api_key, key = await make_key(concurrent=1)
     body = {"model": DEMO, "messages": MESSAGES, "max_tokens": 5, "stream": True}
     held = asgi_post("/v1/chat/completions", key, body)
@@ -234,7 +234,7 @@ async def test_disconnect_releases_the_slot_and_the_cap_holds(worker_factory, li
     assert (await create(sdk_client(key))).parse().choices
 
 
-async def test_no_worker_refunds_the_reservation(worker_factory, limiter, make_key):
+async def test_no_worker_refunds_the_reservation(fake_worker, limiter, make_key):
     """A request that never reaches a worker (503) frees its slot and its tokens."""
     api_key, key = await make_key(concurrent=1)
     with pytest.raises(openai.APIStatusError) as caught:
@@ -242,7 +242,7 @@ async def test_no_worker_refunds_the_reservation(worker_factory, limiter, make_k
     assert caught.value.status_code == 503
     assert caught.value.response.headers["x-ratelimit-remaining-requests"] == "99"
     assert await sync_to_async(limiter.in_flight)(tenant_id=api_key.tenant_id) == 0
-    worker_factory(tokens=1)
+    fake_worker(tokens=1)
     response = await create(sdk_client(key), max_tokens=1)
     prompt = response.parse().usage.prompt_tokens
     assert response.headers["x-ratelimit-remaining-tokens"] == str(100_000 - prompt - 1)

@@ -6,7 +6,7 @@ import pytest
 
 from tenants.models import ApiKey
 from tenants.services import api_key_revoke
-from tests.inference.conftest import DEMO, auth
+from tests.plugins.request_path import DEMO, auth
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from tests.inference.conftest import DEMO, auth
+from tests.plugins.request_path import DEMO, auth
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,8 +35,8 @@ def error_of(response) -> dict:
 
 
 @pytest.fixture
-def worker(worker_factory):
-    worker = worker_factory(tokens=2)
+def worker(fake_worker):
+    worker = fake_worker(tokens=2)
     yield worker
     assert worker.received == [], "a bad request reached the worker"
 

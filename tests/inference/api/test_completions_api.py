@@ -18,9 +18,7 @@ from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
 from inference.relay import tap as relay
-from tests.gpuworkers.conftest import engine
-from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
-from tests.inference.test_sampling_api import pro_client, worker
+from tests.plugins.request_path import DEMO, pro_client
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -42,7 +40,7 @@ async def records(*response_ids: str) -> list[UsageRecord]:
     )
 
 
-async def test_completion_with_logprobs_streamed_and_not(worker, api_key_factory, demo_model):
+async def test_completion_with_logprobs_streamed_and_not(demo_worker, api_key_factory, demo_model):
     """Legacy logprobs line up with the text; the stream joins to the same text."""
     client = await pro_client(api_key_factory)
     text = prompt()
@@ -68,7 +66,7 @@ async def test_completion_with_logprobs_streamed_and_not(worker, api_key_factory
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
 
 
-async def test_echo_prepends_the_prompt_and_scores_it(worker, api_key_factory, demo_model):
+async def test_echo_prepends_the_prompt_and_scores_it(demo_worker, api_key_factory, demo_model):
     client = await pro_client(api_key_factory)
     text = prompt()
     out = await client.completions.create(
@@ -90,10 +88,12 @@ async def test_echo_prepends_the_prompt_and_scores_it(worker, api_key_factory, d
     assert "".join([c.choices[0].text async for c in streamed if c.choices]) == choice.text
 
 
-async def test_a_list_of_token_id_prompts_is_one_choice_each(worker, api_key_factory, demo_model):
+async def test_a_list_of_token_id_prompts_is_one_choice_each(
+    demo_worker, api_key_factory, demo_model
+):
     """Two prompts, n=2: four choices numbered prompt * n + j, one usage record per prompt."""
     client = await pro_client(api_key_factory)
-    tokenizer = worker.engine.tokenizer
+    tokenizer = demo_worker.engine.tokenizer
     prompts = [tokenizer.encode(prompt()), tokenizer.encode(prompt() + " and the sky")]
     out = await client.completions.create(
         model=DEMO, prompt=prompts, max_tokens=2, n=2, temperature=0.8, seed=7
@@ -127,7 +127,7 @@ async def test_bad_completion_requests_are_400s_naming_the_param(api_key_factory
     assert await sync_to_async(UsageRecord.objects.count)() == 0
 
 
-async def test_vllm_extras_through_extra_body(worker, api_key_factory, demo_model):
+async def test_vllm_extras_through_extra_body(demo_worker, api_key_factory, demo_model):
     """top_k=1 and min_p=1 are greedy but for ties; stop_token_ids and include_stop_str_in_output
     end where asked; ignore_eos with max_completion_tokens runs the full length."""
     client = await pro_client(api_key_factory)
@@ -162,7 +162,7 @@ async def test_vllm_extras_through_extra_body(worker, api_key_factory, demo_mode
                 break
     seeded = [(await chat(temperature=1.0, seed=3)).choices[0].message.content for _ in range(2)]
     assert seeded[0] == seeded[1]
-    token_ids = worker.engine.tokenizer.encode(greedy)
+    token_ids = demo_worker.engine.tokenizer.encode(greedy)
     stop_id = token_ids[2]
     cut = await chat(temperature=0, extra_body={"stop_token_ids": [stop_id]})
     assert cut.choices[0].finish_reason == "stop" and cut.usage.completion_tokens <= 3

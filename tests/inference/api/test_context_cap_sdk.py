@@ -3,8 +3,8 @@
 import openai
 import pytest
 
-from tests.inference.asgi_client import sdk_client
-from tests.inference.conftest import DEMO
+from tests.plugins.asgi_client import sdk_client
+from tests.plugins.request_path import DEMO
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from fleet.services import served_model_register
 from tenants.models import ApiKey
-from tests.inference.conftest import DEMO, auth
+from tests.plugins.request_path import DEMO, auth
 
 pytestmark = pytest.mark.django_db
 

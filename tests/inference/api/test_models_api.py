@@ -5,11 +5,11 @@ import json
 import pytest
 
 from billing.selectors import usage_get, usage_list
-from billing.services import usage_record_create
 from fleet.models import ServedModel
 from fleet.selectors import served_model_get
 from fleet.services import served_model_register
-from tests.inference.conftest import DEMO, auth
+from tests.plugins.request_path import DEMO, auth
+from tests.usage_records import record_usage
 
 pytestmark = pytest.mark.django_db
 
@@ -86,7 +86,7 @@ def test_served_model_get_hides_other_tiers_and_inactive_models(tiers, catalog):
 def test_tenant_cannot_read_another_tenants_usage(tenant_factory):
     """Usage reads are scoped: A sees none of B's records, even by response id."""
     tenant_a, tenant_b = tenant_factory(tier="pro"), tenant_factory(tier="enterprise")
-    usage_record_create(
+    record_usage(
         response_id="chatcmpl-b1",
         tenant_id=tenant_b.pk,
         model=DEMO,

@@ -14,10 +14,8 @@ from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
 from inference.relay import tap as relay
-from tests.gpuworkers.conftest import engine
-from tests.inference.asgi_client import asgi_post, sse_events
-from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
-from tests.inference.test_sampling_api import pro_client, worker
+from tests.plugins.asgi_client import asgi_post, sse_events
+from tests.plugins.request_path import DEMO, pro_client
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -38,7 +36,7 @@ END_TYPES = [
 ]
 
 
-async def test_create_with_instructions_and_items(worker, api_key_factory, demo_model):
+async def test_create_with_instructions_and_items(demo_worker, api_key_factory, demo_model):
     """store=true (OpenAI's default) is accepted; the cap makes it incomplete."""
     client = await pro_client(api_key_factory)
     response = await client.responses.create(
@@ -63,7 +61,7 @@ async def test_create_with_instructions_and_items(worker, api_key_factory, demo_
     assert (record.prompt_tokens, record.completion_tokens) == (response.usage.input_tokens, 4)
 
 
-async def test_stream_events_parse_in_the_sdk(worker, api_key_factory, demo_model):
+async def test_stream_events_parse_in_the_sdk(demo_worker, api_key_factory, demo_model):
     client = await pro_client(api_key_factory)
     async with client.responses.stream(
         model=DEMO, input=f"Say hello ({uuid.uuid4().hex[:6]}).", max_output_tokens=6
@@ -79,7 +77,7 @@ async def test_stream_events_parse_in_the_sdk(worker, api_key_factory, demo_mode
     assert final.status in ("completed", "incomplete") and final.usage.output_tokens <= 6
 
 
-async def test_stream_frames_name_their_event(worker, api_key_factory, demo_model):
+async def test_stream_frames_name_their_event(demo_worker, api_key_factory, demo_model):
     """OpenAI's framing: event: <type> then data:, no [DONE]."""
     _, key = await sync_to_async(api_key_factory)(tier="pro")
     stream = asgi_post(

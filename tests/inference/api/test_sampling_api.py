@@ -18,9 +18,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from gpuworkers.worker import WorkerLoop
-from tests.gpuworkers.conftest import engine
-from tests.inference.asgi_client import sdk_client
-from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
+from tests.plugins.asgi_client import sdk_client
+from tests.plugins.request_path import DEMO, pro_client
 from tests.serving import serving_worker
 from wire.bus import get_worker_bus
 
@@ -31,22 +30,11 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def worker(engine, memory_bus):
-    with serving_worker(engine, DEMO, "sampling") as loop:
-        yield loop
-
-
-async def pro_client(api_key_factory):
-    _, key = await sync_to_async(api_key_factory)(tier="pro")
-    return sdk_client(key)
-
-
-async def test_logit_bias_and_min_tokens_steer_the_reply(worker, api_key_factory, demo_model):
+async def test_logit_bias_and_min_tokens_steer_the_reply(demo_worker, api_key_factory, demo_model):
     """A +100 bias makes one token the whole greedy reply; min_tokens with
     ignore_eos off still runs to max_tokens when EOS is pushed down."""
     client = await pro_client(api_key_factory)
-    forced = worker.engine.tokenizer.encode(" sea", add_special_tokens=False)[0]
+    forced = demo_worker.engine.tokenizer.encode(" sea", add_special_tokens=False)[0]
     completion = await client.chat.completions.create(
         model=DEMO,
         messages=[{"role": "user", "content": "Say hi."}],
@@ -60,7 +48,9 @@ async def test_logit_bias_and_min_tokens_steer_the_reply(worker, api_key_factory
     assert completion.usage.completion_tokens == 5
 
 
-async def test_prompt_logprobs_come_whole_with_the_response(worker, api_key_factory, demo_model):
+async def test_prompt_logprobs_come_whole_with_the_response(
+    demo_worker, api_key_factory, demo_model
+):
     client = await pro_client(api_key_factory)
     raw = await client.chat.completions.with_raw_response.create(
         model=DEMO,

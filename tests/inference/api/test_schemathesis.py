@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import CHECKS
 
-from tests.inference.conftest import DEMO
+from tests.plugins.request_path import DEMO
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -44,9 +44,9 @@ def api_schema():
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
-def test_v1_conforms_to_its_schema_with_no_server_errors(api_schema, worker_factory, pro_key, mode):
+def test_v1_conforms_to_its_schema_with_no_server_errors(api_schema, fake_worker, pro_key, mode):
     """Generated requests: never a 5xx, always a documented answer; bad input is a 4xx."""
-    worker_factory(tokens=2)
+    fake_worker(tokens=2)
     headers = {"Authorization": f"Bearer {pro_key}"}
     checks = _checks()
     operations = [result.ok() for result in api_schema.get_all_operations()]

@@ -23,9 +23,8 @@ from pydantic import BaseModel, Field
 
 from billing.models import UsageRecord
 from gpuworkers.worker import WorkerLoop
-from tests.gpuworkers.conftest import engine
-from tests.inference.asgi_client import sdk_client
-from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
+from tests.plugins.asgi_client import sdk_client
+from tests.plugins.request_path import DEMO, pro_client
 from tests.serving import serving_worker
 from wire.bus import get_worker_bus
 
@@ -54,22 +53,11 @@ CITY = {
 }
 
 
-@pytest.fixture
-def worker(engine, memory_bus):
-    with serving_worker(engine, DEMO, "structured") as loop:
-        yield loop
-
-
-async def pro_client(api_key_factory):
-    _, key = await sync_to_async(api_key_factory)(tier="pro")
-    return sdk_client(key)
-
-
 def ask(text: str) -> list[dict]:
     return [{"role": "user", "content": f"{text} ({uuid.uuid4().hex[:6]})"}]
 
 
-async def test_parse_returns_the_pydantic_object(worker, api_key_factory, demo_model):
+async def test_parse_returns_the_pydantic_object(demo_worker, api_key_factory, demo_model):
     client = await pro_client(api_key_factory)
     for sampling in ({"temperature": 0}, {"temperature": 1.0, "seed": 3}):
         completion = await client.chat.completions.parse(
@@ -85,7 +73,7 @@ async def test_parse_returns_the_pydantic_object(worker, api_key_factory, demo_m
         assert choice.message.parsed.species in ("cat", "dog", "bird")
 
 
-async def test_json_schema_strict_streamed(worker, api_key_factory, demo_model):
+async def test_json_schema_strict_streamed(demo_worker, api_key_factory, demo_model):
     client = await pro_client(api_key_factory)
     stream = await client.chat.completions.create(
         model=DEMO,
@@ -111,7 +99,7 @@ async def test_json_schema_strict_streamed(worker, api_key_factory, demo_model):
         jsonschema_rs.validate(CITY, json.loads(text))
 
 
-async def test_json_object_is_an_object(worker, api_key_factory, demo_model):
+async def test_json_object_is_an_object(demo_worker, api_key_factory, demo_model):
     client = await pro_client(api_key_factory)
     completion = await client.chat.completions.create(
         model=DEMO,
@@ -160,7 +148,7 @@ async def test_json_object_is_an_object(worker, api_key_factory, demo_model):
     ],
 )
 async def test_bad_response_format_is_a_400_naming_it(
-    worker, api_key_factory, demo_model, response_format, param, message
+    demo_worker, api_key_factory, demo_model, response_format, param, message
 ):
     client = await pro_client(api_key_factory)
     before = await sync_to_async(UsageRecord.objects.count)()
@@ -175,4 +163,4 @@ async def test_bad_response_format_is_a_400_naming_it(
         assert message in error["message"]
     # Refused before admission: nothing reached the worker or billing.
     assert await sync_to_async(UsageRecord.objects.count)() == before
-    assert worker.engine.stats()["kv_blocks_used"] == 0
+    assert demo_worker.engine.stats()["kv_blocks_used"] == 0

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from fleet.services import served_model_register
-from tests.inference.conftest import DEMO, auth
+from tests.plugins.request_path import DEMO, auth
 
 pytestmark = pytest.mark.django_db
 
@@ -93,9 +93,9 @@ def test_zero_penalties_and_none_values_are_accepted_by_validation(client, pro_k
     assert json.loads(response.content)["error"]["code"] == "no_worker_available"
 
 
-def test_vllm_sampling_parameters_reach_the_worker_in_engine_terms(client, pro_key, worker_factory):
+def test_vllm_sampling_parameters_reach_the_worker_in_engine_terms(client, pro_key, fake_worker):
     """OpenAI's and vLLM's names in, the engine's SamplingParams fields out."""
-    worker = worker_factory().start()
+    worker = fake_worker().start()
     try:
         response = post(
             client,

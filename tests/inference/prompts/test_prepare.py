@@ -1,12 +1,17 @@
-"""Prompt preparation: chat template, context cap and the default output bound."""
+"""Prompt preparation: chat template, context cap and the default output bound.
+
+The requests are built the way the chat endpoint builds them
+(``inference.api.chat.chat_request``), then prepared."""
 
 import pytest
 
 from fleet.selectors import served_model_dir
 from fleet.services import served_model_register
+from inference.api.chat import chat_request
 from inference.api.schemas import ChatCompletionRequest
 from inference.errors import ContextLengthExceeded, InvalidRequest
-from inference.prompts.prepare import chat_prompt_prepare
+from inference.prompts.prepare import prompt_prepare
+from tenants.models import Tenant
 from tokenization.tokenizer import apply_chat_template, load_tokenizer
 
 pytestmark = pytest.mark.django_db
@@ -15,6 +20,12 @@ pytestmark = pytest.mark.django_db
 def request(**fields) -> ChatCompletionRequest:
     fields.setdefault("messages", [{"role": "user", "content": "hi"}])
     return ChatCompletionRequest(model="m", **fields)
+
+
+def chat_prompt_prepare(*, request, model, tier):
+    """Prepare ``request`` (the chat schema) as the chat endpoint would."""
+    tenant = Tenant(pk=1, tier=tier)
+    return prompt_prepare(request=chat_request(request, tenant=tenant), model=model, tier=tier)
 
 
 def template_ids(model, messages):
@@ -46,10 +57,10 @@ def test_prompt_uses_the_models_chat_template(demo_model, tiers):
 def test_default_max_tokens_is_the_tier_cap_or_the_remaining_context(demo_model, tiers):
     pro = tiers["pro"]
     prepared = chat_prompt_prepare(request=request(), model=demo_model, tier=pro)
-    assert prepared.sampling["max_tokens"] == pro.max_output_tokens
+    assert prepared.sampling.max_tokens == pro.max_output_tokens
     small = served_model_register(name="small", context_length=100)
     prepared = chat_prompt_prepare(request=request(), model=small, tier=pro)
-    assert prepared.sampling["max_tokens"] == 100 - len(prepared.prompt_token_ids)
+    assert prepared.sampling.max_tokens == 100 - len(prepared.prompt_token_ids)
 
 
 def test_prompt_alone_over_the_cap_is_context_length_exceeded(tiers):
@@ -101,21 +112,21 @@ def test_sampling_carries_the_requests_settings(demo_model, tiers):
         tier=tiers["pro"],
     )
     s = prepared.sampling
-    assert (s["max_tokens"], s["temperature"], s["top_p"], s["n"], s["stop"], s["seed"]) == (
+    assert (s.max_tokens, s.temperature, s.top_p, s.n, s.stop, s.seed) == (
         7,
         0.3,
         0.9,
         3,
-        ["\n"],
+        ("\n",),
         11,
     )
-    assert (s["logprobs"], s["top_logprobs"]) == (True, 2)
+    assert (s.logprobs, s.top_logprobs) == (True, 2)
 
 
 def test_top_p_zero_means_greedy(demo_model, tiers):
     """top_p -> 0 keeps only the most likely token: sent as temperature 0."""
     s = chat_prompt_prepare(request=request(top_p=0), model=demo_model, tier=tiers["pro"]).sampling
-    assert (s["temperature"], s["top_p"]) == (0.0, 1.0)
+    assert (s.temperature, s.top_p) == (0.0, 1.0)
 
 
 def test_served_model_register_updates_in_place(tiers):

@@ -13,8 +13,8 @@ from asgiref.sync import sync_to_async
 from billing.models import UsageRecord
 from inference.relay import tap as relay
 from tests.helpers import async_wait_until
-from tests.inference.asgi_client import asgi_get, asgi_post, sse_events
-from tests.inference.conftest import DEMO
+from tests.plugins.asgi_client import asgi_get, asgi_post, sse_events
+from tests.plugins.request_path import DEMO
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -39,9 +39,9 @@ def usage_of(record: UsageRecord) -> dict:
     }
 
 
-async def test_non_streamed_completion_has_openai_shape_and_recorded_usage(worker_factory, pro_key):
+async def test_non_streamed_completion_has_openai_shape_and_recorded_usage(fake_worker, pro_key):
     """One chat.completion whose usage equals the single UsageRecord row."""
-    worker = worker_factory(tokens=3)
+    worker = fake_worker(tokens=3)
     stream = asgi_post(
         "/v1/chat/completions",
         pro_key,
@@ -69,10 +69,10 @@ async def test_non_streamed_completion_has_openai_shape_and_recorded_usage(worke
 
 
 async def test_dispatched_request_carries_tier_priority_and_cache_salt(
-    worker_factory, api_key_factory, demo_model
+    fake_worker, api_key_factory, demo_model
 ):
     """The worker gets the tenant's tier, priority, cache salt and sampling."""
-    worker = worker_factory()
+    worker = fake_worker()
     api_key, key = await sync_to_async(api_key_factory)(tier="enterprise")
     stream = asgi_post(
         "/v1/chat/completions",
@@ -84,14 +84,14 @@ async def test_dispatched_request_carries_tier_priority_and_cache_salt(
     tenant = await sync_to_async(lambda: api_key.tenant)()
     assert (request.tier, request.priority) == ("enterprise", 2)
     assert request.cache_salt == tenant.cache_salt and request.tenant_id == tenant.pk
-    assert request.sampling["max_tokens"] == 4 and request.sampling["temperature"] == 0.5
-    assert request.sampling["stop"] == ["x"]
+    assert request.sampling.max_tokens == 4 and request.sampling.temperature == 0.5
+    assert request.sampling.stop == ("x",)
     assert request.prompt_token_ids and all(isinstance(t, int) for t in request.prompt_token_ids)
 
 
-async def test_stream_frames_role_first_finish_once_usage_chunk_and_done(worker_factory, pro_key):
+async def test_stream_frames_role_first_finish_once_usage_chunk_and_done(fake_worker, pro_key):
     """n=2 stream: role chunk, deltas, one finish_reason per choice, usage, [DONE]."""
-    worker_factory(tokens=3)
+    fake_worker(tokens=3)
     payload = {
         "model": DEMO,
         "messages": MESSAGES,
@@ -130,9 +130,9 @@ async def test_stream_frames_role_first_finish_once_usage_chunk_and_done(worker_
     assert all(event_id is None for event_id, _ in events)
 
 
-async def test_resumable_header_adds_rising_event_ids(worker_factory, pro_key):
+async def test_resumable_header_adds_rising_event_ids(fake_worker, pro_key):
     """X-Stream-Resumable: 1 puts id: <seq> on the last frame of each event."""
-    worker_factory(tokens=3)
+    fake_worker(tokens=3)
     payload = {"model": DEMO, "messages": MESSAGES, "stream": True}
     stream = asgi_post("/v1/chat/completions", pro_key, payload, **{"x-stream-resumable": "1"})
     events = sse_events(await stream.read_all())
@@ -145,9 +145,9 @@ async def test_resumable_header_adds_rising_event_ids(worker_factory, pro_key):
     assert events[-1] == ("5", "[DONE]")
 
 
-async def test_error_after_first_byte_is_an_error_frame_then_done(worker_factory, pro_key):
+async def test_error_after_first_byte_is_an_error_frame_then_done(fake_worker, pro_key):
     """A worker failure mid-stream: data: {"error": ...}, then [DONE]; usage says failed."""
-    worker_factory(mode="fail")
+    fake_worker(mode="fail")
     stream = asgi_post(
         "/v1/chat/completions", pro_key, {"model": DEMO, "messages": MESSAGES, "stream": True}
     )
@@ -161,9 +161,9 @@ async def test_error_after_first_byte_is_an_error_frame_then_done(worker_factory
     assert (record.status, record.finish_reason, record.completion_tokens) == ("failed", "error", 1)
 
 
-async def test_worker_rejection_of_a_non_streamed_request_is_an_http_error(worker_factory, pro_key):
+async def test_worker_rejection_of_a_non_streamed_request_is_an_http_error(fake_worker, pro_key):
     """created then failed (invalid_request_error) -> 400 with the worker's code."""
-    worker_factory(mode="reject")
+    fake_worker(mode="reject")
     stream = asgi_post("/v1/chat/completions", pro_key, {"model": DEMO, "messages": MESSAGES})
     body = json.loads(await stream.read_all())
     assert stream.status == 400
@@ -171,9 +171,9 @@ async def test_worker_rejection_of_a_non_streamed_request_is_an_http_error(worke
     assert body["error"]["type"] == "invalid_request_error"
 
 
-async def test_client_disconnect_cancels_the_request_and_records_usage(worker_factory, pro_key):
+async def test_client_disconnect_cancels_the_request_and_records_usage(fake_worker, pro_key):
     """Disconnecting mid-stream aborts on the worker; usage is recorded as cancelled."""
-    worker = worker_factory(mode="hold")
+    worker = fake_worker(mode="hold")
     stream = asgi_post(
         "/v1/chat/completions", pro_key, {"model": DEMO, "messages": MESSAGES, "stream": True}
     )
@@ -188,10 +188,10 @@ async def test_client_disconnect_cancels_the_request_and_records_usage(worker_fa
 
 
 async def test_resume_with_last_event_id_replays_exactly_the_rest(
-    worker_factory, pro_key, api_key_factory
+    fake_worker, pro_key, api_key_factory
 ):
     """GET .../events with Last-Event-ID k returns the original frames after k."""
-    worker_factory(tokens=4)
+    fake_worker(tokens=4)
     payload = {
         "model": DEMO,
         "messages": MESSAGES,
@@ -230,9 +230,7 @@ async def test_no_ready_worker_is_503_service_unavailable(memory_bus, pro_key):
     assert body["error"]["code"] == "no_worker_available"
 
 
-async def test_client_leaving_a_non_streamed_request_cancels_it(
-    worker_factory, pro_key, monkeypatch
-):
+async def test_client_leaving_a_non_streamed_request_cancels_it(fake_worker, pro_key, monkeypatch):
     """The view is cancelled on disconnect; the worker is asked to abort and usage is kept."""
     # The client leaves while the view waits for the response's events: known
     # by the view's first call to the tap, not by sleeping and hoping.
@@ -244,7 +242,7 @@ async def test_client_leaving_a_non_streamed_request_cancels_it(
         return await next_event(tap, timeout)
 
     monkeypatch.setattr(relay.ResponseTap, "next_event", watched_next_event)
-    worker = worker_factory(mode="hold")
+    worker = fake_worker(mode="hold")
     stream = asgi_post("/v1/chat/completions", pro_key, {"model": DEMO, "messages": MESSAGES})
     await asyncio.wait_for(waiting.wait(), timeout=30)
     await stream.disconnect()
@@ -254,9 +252,9 @@ async def test_client_leaving_a_non_streamed_request_cancels_it(
     assert record.status == "cancelled"
 
 
-async def test_resume_by_post_with_after_query_parameter(worker_factory, pro_key):
+async def test_resume_by_post_with_after_query_parameter(fake_worker, pro_key):
     """POST .../events?after=0 replays the whole stream, for POST-only SSE clients."""
-    worker_factory(tokens=2)
+    fake_worker(tokens=2)
     payload = {"model": DEMO, "messages": MESSAGES, "stream": True}
     original = await asgi_post(
         "/v1/chat/completions", pro_key, payload, **{"x-stream-resumable": "1"}

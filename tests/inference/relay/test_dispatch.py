@@ -21,8 +21,9 @@ from inference.relay.dispatch import (
 from tests.wire.bus.buses import BUS_KINDS, UNREACHABLE_REDIS_URL, make_buses, uid
 from wire.bus import BusUnavailable
 from wire.bus.redis_bus import RedisBus
-from wire.events import EventType, created_event, delta_event, terminal_event
+from wire.events import ChoiceDelta, Created, Delta, EventType, Terminal
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 from wire.workers import WorkerInfo
 from wire.workers import WorkerState as S
 
@@ -36,7 +37,7 @@ def no_embedded_engine(settings):
 
 def _request(model: str, n_prompt: int = 3) -> GenerationRequest:
     return GenerationRequest(
-        response_id=uid("resp"), model=model, prompt_token_ids=[1] * n_prompt, sampling={}
+        response_id=uid("resp"), model=model, prompt_token_ids=[1] * n_prompt, sampling=Sampling()
     )
 
 
@@ -100,11 +101,11 @@ async def test_stream_events_ends_at_the_terminal_event_and_resumes(kind):
     bus, worker_bus = make_buses(kind)
     info, rid = _worker("m"), uid("resp")
     worker_bus.register(info)
-    choice = {"index": 0, "text": "hi", "token_ids": [5], "logprobs": None, "finish_reason": None}
+    choice = ChoiceDelta(0, "hi", (5,))
     events = [
-        created_event(response_id=rid, model="m", worker_id=info.worker_id, prompt_tokens=2),
-        delta_event(2, [choice]),
-        terminal_event(EventType.COMPLETED, 3),
+        Created(response_id=rid, model="m", worker_id=info.worker_id, prompt_tokens=2),
+        Delta(2, (choice,)),
+        Terminal(EventType.COMPLETED, 3),
     ]
     threading.Timer(0.2, worker_bus.publish_many, ([(rid, e) for e in events],)).start()
     got = [e async for e in stream_events(rid, worker_id=info.worker_id, bus=bus)]
@@ -120,23 +121,23 @@ async def test_a_lost_worker_ends_the_stream_failed_within_seconds(kind):
     bus, worker_bus = make_buses(kind, heartbeat_ttl=1)
     info, rid = _worker("m"), uid("resp")
     worker_bus.register(info)
-    choice = {"index": 0, "text": "a", "token_ids": [5, 6], "logprobs": None, "finish_reason": None}
+    choice = ChoiceDelta(0, "a", (5, 6))
     worker_bus.publish(
-        rid, created_event(response_id=rid, model="m", worker_id=info.worker_id, prompt_tokens=4)
+        rid, Created(response_id=rid, model="m", worker_id=info.worker_id, prompt_tokens=4)
     )
-    worker_bus.publish(rid, delta_event(2, [choice]))
+    worker_bus.publish(rid, Delta(2, (choice,)))
     started = time.monotonic()
     got = [e async for e in stream_events(rid, worker_id=info.worker_id, bus=bus)]
     assert time.monotonic() - started < 5
-    assert [e["type"] for e in got] == ["created", "delta", "failed"]
+    assert [e.type for e in got] == ["created", "delta", "failed"]
     failed = got[-1]
-    assert failed["seq"] == 3
-    assert failed["error"]["code"] == "worker_lost"
-    assert failed["error"]["message"] == "The worker serving this request was lost"
-    assert failed["usage"]["prompt_tokens"] == 4 and failed["usage"]["completion_tokens"] == 2
+    assert failed.seq == 3
+    assert failed.error.code == "worker_lost"
+    assert failed.error.message == "The worker serving this request was lost"
+    assert failed.usage.prompt_tokens == 4 and failed.usage.completion_tokens == 2
     # A resuming client sees the same ending; a late worker event is refused.
     assert (await bus.read_events(rid, 2, 0)) == [failed]
-    assert worker_bus.publish(rid, delta_event(3, [choice])) is False
+    assert worker_bus.publish(rid, Delta(3, (choice,))) is False
     await bus.close()
 
 
@@ -147,7 +148,7 @@ async def test_a_stream_without_progress_times_out_and_aborts(kind):
     info, rid = _worker("m"), uid("resp")
     worker_bus.register(info)
     got = [e async for e in stream_events(rid, worker_id=info.worker_id, bus=bus, idle_timeout=1)]
-    assert [(e["type"], e["error"]["code"]) for e in got] == [("failed", "stream_timeout")]
+    assert [(e.type, e.error.code) for e in got] == [("failed", "stream_timeout")]
     assert worker_bus.poll(info.worker_id, 0)[1] == [rid]
     await bus.close()
 
@@ -173,7 +174,5 @@ async def test_unreachable_redis_fails_dispatch_and_ends_streams():
     started = time.monotonic()
     got = [e async for e in stream_events("r", worker_id="w", bus=bus, after_seq=4)]
     assert time.monotonic() - started < 10
-    assert [(e["type"], e["seq"], e["error"]["code"]) for e in got] == [
-        ("failed", 5, "bus_unavailable")
-    ]
+    assert [(e.type, e.seq, e.error.code) for e in got] == [("failed", 5, "bus_unavailable")]
     await bus.close()

@@ -15,8 +15,8 @@ from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
 from inference.relay import tap as relay
-from tests.inference.asgi_client import asgi_post, sse_events
-from tests.inference.conftest import DEMO
+from tests.plugins.asgi_client import asgi_post, sse_events
+from tests.plugins.request_path import DEMO
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -25,10 +25,8 @@ pytestmark = [
 ]
 
 
-async def test_unreadable_event_fails_the_stream_once_and_aborts_the_worker(
-    worker_factory, pro_key
-):
-    worker = worker_factory(mode="hold")
+async def test_unreadable_event_fails_the_stream_once_and_aborts_the_worker(fake_worker, pro_key):
+    worker = fake_worker(mode="hold")
     stream = asgi_post(
         "/v1/chat/completions",
         pro_key,

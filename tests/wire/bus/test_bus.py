@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
 from tests.helpers import async_wait_until
 from tests.wire.bus.buses import BUS_KINDS, make_buses, uid
 from wire.bus.base import LIVENESS_TTL
-from wire.events import EventType, created_event, delta_event, error_body, terminal_event
+from wire.events import ChoiceDelta, Created, Delta, ErrorInfo, Event, EventType, Terminal
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 from wire.workers import WorkerInfo, WorkerState
 
 pytestmark = pytest.mark.parametrize("kind", BUS_KINDS)
@@ -35,16 +37,17 @@ def fresh_model():
     MODEL = uid("m")
 
 
-def _delta(seq: int, text: str) -> dict:
-    choice = {"index": 0, "text": text, "token_ids": [seq], "logprobs": None}
-    return delta_event(seq, [{**choice, "finish_reason": None}])
+def _delta(seq: int, text: str) -> Delta:
+    return Delta(seq, (ChoiceDelta(0, text, (seq,)),))
 
 
-def _events(response_id: str, n_deltas: int, terminal: EventType | None) -> list[dict]:
-    events = [created_event(response_id=response_id, model=MODEL, worker_id="w", prompt_tokens=3)]
+def _events(response_id: str, n_deltas: int, terminal: EventType | None) -> list[Event]:
+    events: list[Event] = [
+        Created(response_id=response_id, model=MODEL, worker_id="w", prompt_tokens=3)
+    ]
     events += [_delta(seq, f"t{seq}") for seq in range(2, n_deltas + 2)]
     if terminal is not None:
-        events.append(terminal_event(terminal, n_deltas + 2))
+        events.append(Terminal(terminal, n_deltas + 2))
     return events
 
 
@@ -53,7 +56,7 @@ def _request(response_id: str) -> GenerationRequest:
         response_id=response_id,
         model=MODEL,
         prompt_token_ids=[1, 2, 3],
-        sampling={"max_tokens": 4, "temperature": 0.0, "stop": ["\n"]},
+        sampling=Sampling(max_tokens=4, temperature=0.0, stop=("\n",)),
         tier="pro",
         tenant_id=7,
         cache_salt="salt",
@@ -69,7 +72,7 @@ async def test_events_arrive_in_order_and_resume_after_any_seq(kind):
     assert worker_bus.publish_many([(rid, e) for e in events]) == set()
     assert await bus.read_events(rid, 0, 0) == events
     for k in range(len(events) + 1):
-        assert [e["seq"] for e in await bus.read_events(rid, k, 0)] == list(range(k + 1, 7))
+        assert [e.seq for e in await bus.read_events(rid, k, 0)] == list(range(k + 1, 7))
     await bus.close()
 
 
@@ -103,7 +106,7 @@ async def test_submitted_requests_and_aborts_reach_the_worker_once(kind):
     await bus.request_abort(wid, r1)
     requests, aborts = worker_bus.poll(wid, 1000)
     assert [r.response_id for r in requests] == [r1, r2]
-    assert requests[0].sampling == {"max_tokens": 4, "temperature": 0.0, "stop": ["\n"]}
+    assert requests[0].sampling == Sampling(max_tokens=4, temperature=0.0, stop=("\n",))
     assert (requests[0].cache_salt, requests[0].tenant_id) == ("salt", 7)
     assert aborts == [r1]
     # "Nothing arrives within block_ms" is the behaviour here, so the poll's
@@ -152,10 +155,10 @@ async def test_nothing_lands_after_a_terminal_event(kind):
     bus, worker_bus = make_buses(kind)
     rid = uid("resp")
     worker_bus.publish_many([(rid, e) for e in _events(rid, 1, EventType.COMPLETED)])
-    late = terminal_event(EventType.FAILED, 4, error=error_body("late"))
+    late = Terminal(EventType.FAILED, 4, error=ErrorInfo("late"))
     assert worker_bus.publish_many([(rid, _delta(4, "x")), (rid, late)]) == {rid}
     assert not await bus.publish_if_open(rid, late)
-    assert [e["type"] for e in await bus.read_events(rid, 0, 0)][-1] == "completed"
+    assert [e.type for e in await bus.read_events(rid, 0, 0)][-1] == "completed"
     await bus.close()
 
 
@@ -165,12 +168,12 @@ async def test_publish_if_open_appends_one_terminal_with_the_next_seq(kind):
     bus, worker_bus = make_buses(kind)
     rid = uid("resp")
     worker_bus.publish_many([(rid, e) for e in _events(rid, 2, None)])
-    failed = terminal_event(EventType.FAILED, 0, error=error_body("lost", code="worker_lost"))
+    failed = Terminal(EventType.FAILED, 0, error=ErrorInfo("lost", code="worker_lost"))
     assert await bus.publish_if_open(rid, failed)
     assert not await bus.publish_if_open(rid, failed)
     events = await bus.read_events(rid, 0, 0)
-    assert [e["seq"] for e in events] == [1, 2, 3, 4]
-    assert events[-1] == {**failed, "seq": 4}
+    assert [e.seq for e in events] == [1, 2, 3, 4]
+    assert events[-1] == replace(failed, seq=4)
     # The worker, still running, cannot add anything after it.
     assert worker_bus.publish(rid, _delta(4, "late")) is False
     await bus.close()
@@ -181,8 +184,8 @@ async def test_publish_if_open_on_a_stream_nobody_wrote_starts_at_seq_1(kind):
     """A worker that died before ``created`` still gets a readable failed stream."""
     bus, _ = make_buses(kind)
     rid = uid("resp")
-    assert await bus.publish_if_open(rid, terminal_event(EventType.FAILED, 0))
-    assert [(e["seq"], e["type"]) for e in await bus.read_events(rid, 0, 0)] == [(1, "failed")]
+    assert await bus.publish_if_open(rid, Terminal(EventType.FAILED, 0))
+    assert [(e.seq, e.type) for e in await bus.read_events(rid, 0, 0)] == [(1, "failed")]
     await bus.close()
 
 
@@ -210,13 +213,13 @@ async def test_worker_finish_racing_publish_if_open_ends_exactly_once(kind):
         # Fire as soon as the worker has started this stream, so the two
         # writers meet mid-stream rather than one after the other.
         assert await bus.read_events(rid, 0, 5000)
-        wins += await bus.publish_if_open(rid, terminal_event(EventType.FAILED, 0))
+        wins += await bus.publish_if_open(rid, Terminal(EventType.FAILED, 0))
     await asyncio.to_thread(thread.join, 30)
     terminal_types = []
     for rid in rids:
         events = await bus.read_events(rid, 0, 0)
-        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-        terminals = [e["type"] for e in events if e["type"] in ("completed", "failed")]
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        terminals = [e.type for e in events if e.type in ("completed", "failed")]
         assert len(terminals) == 1
         terminal_types.append(terminals[0])
     assert terminal_types.count("failed") == wins

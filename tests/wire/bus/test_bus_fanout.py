@@ -25,18 +25,19 @@ from wire.bus import BusUnavailable
 from wire.bus.base import iterate_events
 from wire.bus.redis_bus import RedisBus, RedisWorkerBus, stream_key
 from wire.bus.redis_bus import fanout as fanout_module
-from wire.events import EventType, created_event, delta_event, terminal_event
+from wire.events import ChoiceDelta, Created, Delta, Event, EventType, Terminal
 
 BLOCK_MS = 5000
 
 
-def _events(response_id: str, n_deltas: int, *, terminal: bool = True) -> list[dict]:
-    events = [created_event(response_id=response_id, model="m", worker_id="w", prompt_tokens=1)]
+def _events(response_id: str, n_deltas: int, *, terminal: bool = True) -> list[Event]:
+    events: list[Event] = [
+        Created(response_id=response_id, model="m", worker_id="w", prompt_tokens=1)
+    ]
     for seq in range(2, n_deltas + 2):
-        choice = {"index": 0, "text": f"t{seq}", "token_ids": [seq], "logprobs": None}
-        events.append(delta_event(seq, [{**choice, "finish_reason": None}]))
+        events.append(Delta(seq, (ChoiceDelta(0, f"t{seq}", (seq,)),)))
     if terminal:
-        events.append(terminal_event(EventType.COMPLETED, n_deltas + 2))
+        events.append(Terminal(EventType.COMPLETED, n_deltas + 2))
     return events
 
 

@@ -19,8 +19,9 @@ from wire.bus.redis_bus import (
     stream_key,
     terminal_key,
 )
-from wire.events import EventType, created_event, terminal_event
+from wire.events import Created, EventType, Terminal
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 from wire.workers import WorkerInfo, WorkerState
 
 
@@ -36,13 +37,11 @@ def test_event_entries_are_numbered_by_seq_and_expire(client):
     """Entry ids are 0-{seq}; open streams get a long TTL, finished ones the response TTL."""
     worker_bus = RedisWorkerBus(redis_test_url(), response_ttl=30)
     rid = uid("resp")
-    worker_bus.publish(
-        rid, created_event(response_id=rid, model="m", worker_id="w", prompt_tokens=1)
-    )
+    worker_bus.publish(rid, Created(response_id=rid, model="m", worker_id="w", prompt_tokens=1))
     assert [entry_id for entry_id, _ in client.xrange(stream_key(rid))] == ["0-1"]
     assert 30 < client.ttl(stream_key(rid)) <= OPEN_STREAM_TTL
     assert not client.exists(terminal_key(rid))
-    worker_bus.publish(rid, terminal_event(EventType.COMPLETED, 2))
+    worker_bus.publish(rid, Terminal(EventType.COMPLETED, 2))
     assert 0 < client.ttl(stream_key(rid)) <= 30
     assert 0 < client.ttl(terminal_key(rid)) <= 30
     assert client.get(terminal_key(rid)) == "2"
@@ -54,7 +53,7 @@ async def test_publish_if_open_sets_the_terminal_key_and_ttl(client):
     """The web tier's terminal closes the stream like the worker's would."""
     bus = RedisBus(redis_test_url(), response_ttl=30)
     rid = uid("resp")
-    assert await bus.publish_if_open(rid, terminal_event(EventType.FAILED, 0))
+    assert await bus.publish_if_open(rid, Terminal(EventType.FAILED, 0))
     assert client.get(terminal_key(rid)) == "1"
     assert 0 < client.ttl(stream_key(rid)) <= 30
     await bus.close()
@@ -85,11 +84,13 @@ async def test_dead_workers_are_removed_from_the_registry_hash(client):
 async def test_unreachable_redis_raises_bus_unavailable_on_the_web_side():
     """Every web-side call maps a refused connection to BusUnavailable (503)."""
     bus = RedisBus(UNREACHABLE_REDIS_URL)
-    request = GenerationRequest(response_id="r", model="m", prompt_token_ids=[1], sampling={})
+    request = GenerationRequest(
+        response_id="r", model="m", prompt_token_ids=[1], sampling=Sampling()
+    )
     calls = [
         bus.submit("w", request),
         bus.read_events("r", 0, 100),
-        bus.publish_if_open("r", terminal_event(EventType.FAILED, 0)),
+        bus.publish_if_open("r", Terminal(EventType.FAILED, 0)),
         bus.request_abort("w", "r"),
         bus.list_workers(),
         bus.worker_alive("w"),
@@ -111,4 +112,4 @@ def test_unreachable_redis_raises_bus_unavailable_on_the_worker_side():
     with pytest.raises(BusUnavailable):
         worker_bus.poll("w", 100)
     with pytest.raises(BusUnavailable):
-        worker_bus.publish_many([("r", terminal_event(EventType.FAILED, 1))])
+        worker_bus.publish_many([("r", Terminal(EventType.FAILED, 1))])
