@@ -23,9 +23,10 @@ numbers already live in the usage tables.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from wire.events import Terminal
 
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -59,14 +60,14 @@ def request_refused(*, reason: str, tier: str, model: str) -> None:
     REFUSED.labels(reason, tier, model).inc()
 
 
-def worker_ended_at(terminal: dict[str, Any], *, sent_at: float | None) -> float | None:
+def worker_ended_at(terminal: Terminal, *, sent_at: float | None) -> float | None:
     """When the worker ended the response, on its clock; None if it did not.
 
     The terminal event's duration runs from the enqueue (``sent_at``,
     ``GenerationRequest.created_at``); resumes know no ``sent_at`` and
     endings the web tier wrote have no duration.
     """
-    duration_ms = (terminal.get("metrics") or {}).get("duration_ms")
+    duration_ms = terminal.metrics.duration_ms
     if sent_at is None or not duration_ms:
         return None
     return sent_at + duration_ms / 1000

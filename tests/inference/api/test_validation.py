@@ -94,53 +94,43 @@ def test_zero_penalties_and_none_values_are_accepted_by_validation(client, pro_k
 
 
 def test_vllm_sampling_parameters_reach_the_worker_in_engine_terms(client, pro_key, fake_worker):
-    """OpenAI's and vLLM's names in, the engine's SamplingParams fields out."""
-    worker = fake_worker().start()
-    try:
-        response = post(
-            client,
-            pro_key,
-            max_tokens=12,
-            presence_penalty=0.5,
-            frequency_penalty=-0.25,
-            logit_bias={"42": -100, "7": 3.5},
-            top_k=-1,
-            min_p=0.05,
-            repetition_penalty=1.2,
-            min_tokens=4,
-            ignore_eos=True,
-            stop_token_ids=[2],
-            bad_words=["darn"],
-            include_stop_str_in_output=True,
-            skip_special_tokens=False,
-            prompt_logprobs=2,
-            deterministic=True,
-        )
-        assert response.status_code == 200, response.content
-    finally:
-        worker.stop()
-    (request,) = worker.received
-    sampling = request.sampling
-    assert {k: sampling[k] for k in ("presence_penalty", "frequency_penalty", "top_k")} == {
-        "presence_penalty": 0.5,
-        "frequency_penalty": -0.25,
-        "top_k": 0,
-    }
-    assert sampling["logit_bias"] == {"42": -100.0, "7": 3.5}
-    assert (sampling["min_p"], sampling["repetition_penalty"], sampling["min_tokens"]) == (
-        0.05,
-        1.2,
-        4,
+    """OpenAI's and vLLM's names in, the wire's Sampling (the engine's fields) out."""
+    worker = fake_worker()
+    response = post(
+        client,
+        pro_key,
+        max_tokens=12,
+        presence_penalty=0.5,
+        frequency_penalty=-0.25,
+        logit_bias={"42": -100, "7": 3.5},
+        top_k=-1,
+        min_p=0.05,
+        repetition_penalty=1.2,
+        min_tokens=4,
+        ignore_eos=True,
+        stop_token_ids=[2],
+        bad_words=["darn"],
+        include_stop_str_in_output=True,
+        skip_special_tokens=False,
+        prompt_logprobs=2,
+        deterministic=True,
     )
-    assert sampling["ignore_eos"] and sampling["include_stop_str_in_output"]
-    assert sampling["skip_special_tokens"] is False
-    assert (sampling["stop_token_ids"], sampling["bad_words"]) == ([2], ["darn"])
-    assert (sampling["prompt_logprobs"], sampling["deterministic"]) == (2, True)
-    # What the worker builds from it is the engine's own type, keys as ids again.
-    from gpuworkers.engine import SamplingParams
+    assert response.status_code == 200, response.content
+    (request,) = worker.received
+    s = request.sampling
+    assert (s.presence_penalty, s.frequency_penalty, s.top_k) == (0.5, -0.25, 0)
+    assert s.logit_bias == {42: -100.0, 7: 3.5}
+    assert (s.min_p, s.repetition_penalty, s.min_tokens) == (0.05, 1.2, 4)
+    assert s.ignore_eos and s.include_stop_str_in_output
+    assert s.skip_special_tokens is False
+    assert (s.stop_token_ids, s.bad_words) == ((2,), ("darn",))
+    assert (s.prompt_logprobs, s.deterministic) == (2, True)
+    # What the worker builds from it is the engine's own type, field for field.
+    from gpuworkers.sampling import sampling_params
 
-    params = SamplingParams(**sampling)
+    params = sampling_params(s)
     assert params.logit_bias == {42: -100.0, 7: 3.5}
+    assert (params.stop_token_ids, params.bad_words) == ([2], ["darn"])
 
 
 def test_prompt_over_the_context_cap_is_context_length_exceeded(client, pro_key, tiers):

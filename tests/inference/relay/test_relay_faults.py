@@ -1,6 +1,6 @@
 """The relay when a response's event stream cannot be read to its end.
 
-A scripted worker on the in-process bus holds a response open, then an
+A fake worker on the in-process bus holds a response open, then an
 event the relay cannot read (a delta without choices) lands on its stream:
 the client gets exactly one ending (an error frame, then ``[DONE]``), the
 usage record says ``failed``, and the worker is told to abort, so it does
@@ -8,6 +8,7 @@ not keep generating for a response nobody reads or bills.
 """
 
 import asyncio
+import importlib
 import json
 
 import pytest
@@ -17,6 +18,7 @@ from billing.models import UsageRecord
 from inference.relay import tap as relay
 from tests.plugins.asgi_client import asgi_post, sse_events
 from tests.plugins.request_path import DEMO
+from wire.events import Delta
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -25,7 +27,9 @@ pytestmark = [
 ]
 
 
-async def test_unreadable_event_fails_the_stream_once_and_aborts_the_worker(fake_worker, pro_key):
+async def test_unreadable_event_fails_the_stream_once_and_aborts_the_worker(
+    fake_worker, pro_key, monkeypatch
+):
     worker = fake_worker(mode="hold")
     stream = asgi_post(
         "/v1/chat/completions",
@@ -34,7 +38,11 @@ async def test_unreadable_event_fails_the_stream_once_and_aborts_the_worker(fake
     )
     seen = await stream.read_until(b"c0t0")
     response_id = json.loads(sse_events(seen)[0][1])["id"]
-    worker.bus.publish(response_id, {"type": "delta", "seq": 3})
+    # A message no release of ours writes (a delta without choices) lands on
+    # the stream: the bus stores what its encoder gives it.
+    memory_bus_module = importlib.import_module("wire.bus.memory_bus")
+    monkeypatch.setattr(memory_bus_module, "encode_event", lambda _: '{"type":"delta","seq":3}')
+    worker.bus.publish(response_id, Delta(3, ()))
     frames = sse_events(seen + await stream.read_all())
     assert frames[-1][1] == "[DONE]" and sum(data == "[DONE]" for _, data in frames) == 1
     errors = [json.loads(d)["error"] for _, d in frames[:-1] if "error" in json.loads(d)]
