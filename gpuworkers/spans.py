@@ -39,7 +39,8 @@ def request_span_start(
         "llm.tier": request.tier,
         "worker_id": worker_id,
         "llm.prompt_tokens": len(request.prompt_token_ids),
-        "llm.max_tokens": int(request.sampling.get("max_tokens") or 0),
+        "llm.max_tokens": request.sampling.max_tokens or 0,
+        "llm.service_class": request.service_class.value,
         "messaging.operation.type": "process",
         # Time on the bus: from the web tier's enqueue to this intake.
         "messaging.wait_seconds": round(max(at - request.created_at, 0.0), 6),

@@ -241,7 +241,8 @@ def test_the_request_path_reads_two_rows_and_one_ledger_call(
 def gated_worker(fake_worker):
     """Streams one delta, then holds every response until ``release()``."""
     ratelimit.reset_limiters()
-    yield fake_worker(mode="hold")
+    # No cached prompt tokens: the spend below is priced at the full prompt rate.
+    yield fake_worker(mode="hold", cached=0)
     ratelimit.reset_limiters()
 
 

@@ -62,7 +62,7 @@ async def test_send_streams_deltas_and_saves_the_reply(fake_worker, user_factory
     await ws.disconnect()
     deltas = [f for f in frames if f["type"] == "delta"]
     assert [f["seq"] for f in deltas] == [2, 3, 4, 5, 6]
-    assert "".join(f["text"] for f in deltas) == "w1 w2 w3 w4 w5 "
+    assert "".join(f["text"] for f in deltas) == "c0t0 c0t1 c0t2 c0t3 c0t4 "
     end = frames[-1]
     assert (end["type"], end["seq"], end["finish_reason"]) == ("completed", 7, "length")
     assert end["usage"]["completion_tokens"] == 5 and end["error"] is None
@@ -71,7 +71,7 @@ async def test_send_streams_deltas_and_saves_the_reply(fake_worker, user_factory
     message = await sync_to_async(Message.objects.get)(pk=started["message_id"])
     assert (message.status, message.content, message.completion_tokens) == (
         "completed",
-        "w1 w2 w3 w4 w5 ",
+        "c0t0 c0t1 c0t2 c0t3 c0t4 ",
         5,
     )
     conversation = await sync_to_async(Conversation.objects.get)(pk=started["conversation_id"])
@@ -165,7 +165,7 @@ async def test_resume_after_drop_yields_every_seq_once(fake_worker, user_factory
     await settled()
     message = await sync_to_async(Message.objects.get)(response_id=rid)
     text = "".join(f["text"] for f in seen + rest if f["type"] == "delta")
-    assert message.content == text == "".join(f"w{i} " for i in range(1, 21))
+    assert message.content == text == "".join(f"c0t{i} " for i in range(20))
 
 
 async def test_resume_of_ended_reply_replays_after_seq(fake_worker, user_factory):

@@ -71,6 +71,8 @@ class FakeWorker:
     mode: ``complete``; ``fail`` (failed after the first delta);
         ``reject`` (created, then failed); ``hold`` (one delta, then waits
         for ``release()`` or an abort, which ends it ``cancelled``).
+    cached: prompt tokens every ending reports as read from the prefix
+        cache (at most the prompt).
 
     Like a real worker it stops generating once the web tier ended the
     response's stream (its publish is refused: ``closed_under_me``), and
@@ -84,6 +86,7 @@ class FakeWorker:
     model: str = DEMO
     worker_id: str = "fake-worker"
     version: str = ""
+    cached: int = 16
     received: list[GenerationRequest] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     # Responses whose stream the web tier ended while this worker generated.
@@ -237,7 +240,7 @@ class FakeWorker:
         usage = TokenUsage(
             prompt_tokens=stream.prompt,
             completion_tokens=stream.sent * n if completion is None else completion,
-            cached_tokens=min(stream.prompt, 16),
+            cached_tokens=min(stream.prompt, self.cached),
         )
         stream.seq += 1
         ending = Terminal(
@@ -251,9 +254,10 @@ class FakeWorker:
         self._publish(stream, ending)
 
     def _publish(self, stream: _Stream, event: Event) -> bool:
-        published = self.bus.publish(stream.request.response_id, event)
-        if not published and not isinstance(event, Terminal):
-            self.closed_under_me.append(stream.request.response_id)
+        rid = stream.request.response_id
+        published = self.bus.publish(rid, event)
+        if not published and rid not in self.closed_under_me:
+            self.closed_under_me.append(rid)
         return published
 
 
