@@ -31,11 +31,12 @@ class PreparedPrompt:
 
 
 def model_tokenizer(model: ServedModel):
-    """The model's tokenizer; 503 while its files are not there yet."""
+    """The model's tokenizer; 503 ``model_warming_up`` while its files are not
+    there yet (set-up or the worker converting the demo model)."""
     try:
         return load_tokenizer(served_model_dir(model=model))
     except ModelFilesMissing as exc:
-        raise ServiceUnavailable(str(exc), code="model_not_ready") from exc
+        raise ServiceUnavailable(str(exc), code="model_warming_up") from exc
 
 
 def prompt_prepare(*, request: InferenceRequest, model: ServedModel, tier: Tier) -> PreparedPrompt:

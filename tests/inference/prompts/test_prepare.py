@@ -9,7 +9,7 @@ from fleet.selectors import served_model_dir
 from fleet.services import served_model_register
 from inference.api.chat import chat_request
 from inference.api.schemas import ChatCompletionRequest
-from inference.errors import ContextLengthExceeded, InvalidRequest
+from inference.errors import ContextLengthExceeded, InvalidRequest, ServiceUnavailable
 from inference.prompts.prepare import prompt_prepare
 from tenants.models import Tenant
 from tokenization.tokenizer import apply_chat_template, load_tokenizer
@@ -134,3 +134,16 @@ def test_served_model_register_updates_in_place(tiers):
     again = served_model_register(name="m1", context_length=200)
     assert again.pk == first.pk and again.context_length == 200
     assert set(again.tiers.values_list("name", flat=True)) == {"free", "pro", "enterprise"}
+
+
+def test_a_demo_model_not_converted_yet_is_a_503_and_no_conversion(
+    demo_model, tiers, tmp_path, monkeypatch
+):
+    """The web tier reads tokenizer files only: before set-up (or the worker)
+    converted the demo model, a request waits for it, it never converts."""
+    monkeypatch.setenv("LLM_MODEL_CACHE", str(tmp_path))
+    with pytest.raises(ServiceUnavailable) as caught:
+        chat_prompt_prepare(request=request(), model=demo_model, tier=tiers["pro"])
+    assert (caught.value.status, caught.value.code) == (503, "model_warming_up")
+    assert "not converted yet" in caught.value.message
+    assert list(tmp_path.iterdir()) == []
