@@ -18,6 +18,7 @@ from tests.helpers import wait_until
 from tests.plugins.engine import MODEL
 from tests.usage_records import record_usage
 from tests.wire.bus.buses import make_buses, uid
+from wire.events import Terminal
 from wire.requests import GenerationRequest
 from wire.sampling import Sampling
 from wire.workers import WorkerInfo, WorkerState
@@ -95,8 +96,9 @@ def test_report_progress_and_empty_days():
     assert seen == [(1, 3), (2, 3), (3, 3)]
 
 
-async def _run_requests(bus, prompts: list[list[int]]) -> tuple[list[dict], WorkerInfo]:
-    """Two completed responses and one cancelled after its first delta; their terminals."""
+async def _run_requests(bus, prompts: list[list[int]]) -> list[tuple[str, Terminal]]:
+    """Two completed responses and one cancelled after its first delta: each
+    response's id and its ending."""
     terminals = []
     for index, prompt in enumerate(prompts):
         request = GenerationRequest(
@@ -109,8 +111,8 @@ async def _run_requests(bus, prompts: list[list[int]]) -> tuple[list[dict], Work
         async for event in stream_events(request.response_id, worker_id=worker.worker_id, bus=bus):
             if index == 2 and event.type == "delta":
                 await cancel_request(request.response_id, worker_id=worker.worker_id, bus=bus)
-            if event.type in ("completed", "cancelled", "failed", "incomplete"):
-                terminals.append({**event, "response_id": request.response_id})
+            if isinstance(event, Terminal):
+                terminals.append((request.response_id, event))
     return terminals
 
 
@@ -151,23 +153,20 @@ def test_cost_report_of_a_recorded_demo_model_run(serve, prompt_ids, tenant_fact
     elapsed = time.monotonic() - started
 
     tenant = tenant_factory()
-    for terminal in terminals:
+    for response_id, terminal in terminals:
         usage = terminal.usage
         record_usage(
-            response_id=terminal.response_id,
+            response_id=response_id,
             tenant_id=tenant.pk,
             model=MODEL,
             source="api",
-            status=terminal.type,
-            finish_reason="",
+            status=terminal.type.value,
             prompt_tokens=usage.prompt_tokens,
-            cached_tokens=usage.get("cached_tokens", 0),
+            cached_tokens=usage.cached_tokens,
             completion_tokens=usage.completion_tokens,
-            queue_time_ms=0,
-            ttft_ms=None,
-            duration_ms=0,
             worker_id=loop.worker_id,
         )
+    terminals = [terminal for _, terminal in terminals]
     assert [t.type for t in terminals] == ["completed", "completed", "cancelled"]
 
     (recorded,) = [w for w in last if w.worker_id == loop.worker_id]

@@ -227,7 +227,7 @@ def test_the_web_users_cache_channel_layer_and_celery_keys_fit_its_acl(
         await layer.close_pools()
         return message
 
-    assert asyncio.run(channels_round_trip()).text == "hi"
+    assert asyncio.run(channels_round_trip())["text"] == "hi"
 
     options = settings.CELERY_BROKER_TRANSPORT_OPTIONS
     with Connection(url, transport_options=options) as connection:

@@ -18,6 +18,7 @@ from tests.wire.bus.buses import needs_redis, redis_test_url, uid
 from tokenization.tokenizer import apply_chat_template, load_tokenizer
 from wire.bus.redis_bus import RedisBus, RedisWorkerBus
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 
 pytestmark = [needs_redis, pytest.mark.slow, pytest.mark.asyncio]
 
@@ -63,7 +64,7 @@ def _request(model: str, **sampling) -> GenerationRequest:
     tokenizer = load_tokenizer(_demo_dir())
     prompt = apply_chat_template(tokenizer, [{"role": "user", "content": "Tell me a story."}])
     return GenerationRequest(
-        response_id=uid("resp"), model=model, prompt_token_ids=prompt, sampling=sampling
+        response_id=uid("resp"), model=model, prompt_token_ids=prompt, sampling=Sampling(**sampling)
     )
 
 

@@ -15,6 +15,7 @@ from tests.helpers import wait_until
 from tests.plugins.engine import MODEL
 from tests.wire.bus.buses import make_buses, uid
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 
 # Item 1 of the issue, as a vLLM exposition shows them (counters with _total).
 VLLM_SAMPLES = (
@@ -86,7 +87,7 @@ async def test_a_serving_worker_exposes_vllm_metrics_that_count_its_requests(ser
         assert set(VLLM_SAMPLES) <= {k.split("[")[0] for k in before}, sorted(before)
 
         prompt = prompt_ids("Explain in one sentence why the sky is blue, please.")
-        sampling = {"max_tokens": 6, "temperature": 0.0, "ignore_eos": True}
+        sampling = Sampling(max_tokens=6, temperature=0.0, ignore_eos=True)
         terminals, token_deltas = [], 0
         for _ in range(2):
             request = GenerationRequest(

@@ -21,6 +21,7 @@ from wire.bus.base import LIVENESS_TTL
 from wire.bus.redis_bus import RedisWorkerBus
 from wire.events import ChoiceDelta, Created, Delta
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 from wire.workers import WorkerInfo, WorkerState
 
 pytestmark = pytest.mark.asyncio
@@ -40,7 +41,7 @@ def _doomed(bus, model: str) -> str:
 def _request(model: str, prompt: list[int], **sampling) -> GenerationRequest:
     sampling = {"max_tokens": 6, "temperature": 0.0, **sampling}
     return GenerationRequest(
-        response_id=uid("resp"), model=model, prompt_token_ids=prompt, sampling=sampling
+        response_id=uid("resp"), model=model, prompt_token_ids=prompt, sampling=Sampling(**sampling)
     )
 
 

@@ -13,6 +13,7 @@ from inference.relay.dispatch import cancel_request, dispatch_request, stream_ev
 from tests.plugins.engine import MODEL
 from tests.wire.bus.buses import BUS_KINDS, make_buses, uid
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +23,7 @@ def no_embedded_engine(settings):
 
 def _request(prompt: list[int], **sampling) -> GenerationRequest:
     return GenerationRequest(
-        response_id=uid("resp"), model=MODEL, prompt_token_ids=prompt, sampling=sampling
+        response_id=uid("resp"), model=MODEL, prompt_token_ids=prompt, sampling=Sampling(**sampling)
     )
 
 
@@ -79,16 +80,16 @@ async def test_a_response_streams_created_deltas_and_one_terminal(kind, engine, 
     assert choices[-1].finish_reason == expected.finish_reason
     # Logprob bytes are the tokens' real bytes: together they spell the text.
     pairs = [(t, lp) for c in choices for t, lp in zip(c.token_ids, c.logprobs, strict=True)]
-    spelled = b"".join(bytes(lp["bytes"]) for t, lp in pairs if t not in engine.eos_token_ids)
+    spelled = b"".join(bytes(lp.bytes) for t, lp in pairs if t not in engine.eos_token_ids)
     assert spelled.decode("utf-8") == expected.text
-    assert all(lp["top_logprobs"][0]["token"] == lp["token"] for _, lp in pairs)
-    assert [lp["logprob"] for _, lp in pairs] == [lp.logprob for lp in expected.choices[0].logprobs]
+    assert all(lp.top_logprobs[0].token == lp.token for _, lp in pairs)
+    assert [lp.logprob for _, lp in pairs] == [lp.logprob for lp in expected.choices[0].logprobs]
     terminal = events[-1]
     assert terminal.usage.prompt_tokens == len(prompt)
     assert terminal.usage.completion_tokens == len(expected.token_ids)
     assert terminal.finish_reasons == {0: expected.finish_reason}
     assert 0 <= terminal.metrics.ttft_ms <= terminal.metrics.duration_ms
-    assert "error" not in terminal
+    assert terminal.error is None
     # Resume after seq 2 replays exactly the rest, also after the end.
     assert await _collect(bus, request, worker.worker_id, after_seq=2) == events[2:]
     await bus.close()
@@ -118,8 +119,8 @@ async def test_n_choices_each_finish_once_and_usage_sums_them(serve, prompt_ids)
         tokens = [t for c in choices for t in c.token_ids]
         logprobs = [lp for c in choices for lp in c.logprobs]
         assert len(logprobs) == len(tokens) > 0
-        assert all(len(lp["top_logprobs"]) == 2 and lp["logprob"] <= 0 for lp in logprobs)
-        assert all(isinstance(lp["bytes"], list) and lp["token"] for lp in logprobs)
+        assert all(len(lp.top_logprobs) == 2 and lp.logprob <= 0 for lp in logprobs)
+        assert all(isinstance(lp.bytes, tuple) and lp.token for lp in logprobs)
         total += len(tokens)
     assert events[-1].usage.completion_tokens == total
     assert set(events[-1].finish_reasons) == {0, 1}
@@ -155,8 +156,9 @@ async def test_abort_ends_cancelled_and_frees_the_kv_blocks(kind, engine, serve,
 
 @pytest.mark.asyncio
 async def test_requests_the_engine_refuses_end_failed(serve, prompt_ids):
-    """Bad sampling, a grammar only the model's vocabulary can judge, or a
-    prompt too long: created, then failed with an invalid_request_error."""
+    """Bad sampling (a value past a limit the web tier would have refused), a
+    grammar only the model's vocabulary can judge, or a prompt too long:
+    created, then failed with an invalid_request_error."""
     bus, worker_bus = make_buses("memory")
     loop = serve(worker_bus)
     no_such_token = {"type": "grammar", "grammar": "start: <[999999]>"}
@@ -166,7 +168,7 @@ async def test_requests_the_engine_refuses_end_failed(serve, prompt_ids):
             _request(prompt_ids("Hi"), max_tokens=4, structured_output=no_such_token),
             "structured_output",
         ),
-        (_request(prompt_ids("Hi"), max_tokens=4, frequency=1), None),
+        (_request(prompt_ids("Hi"), max_tokens=4, repetition_penalty=5.0), "repetition_penalty"),
         (_request(list(range(100, 2100)), max_tokens=4), None),
     ]
     for request, param in cases:
@@ -210,7 +212,7 @@ async def test_a_failing_step_fails_in_flight_responses_and_the_loop_goes_on(
     assert fault["fired"] and events[-1].usage.completion_tokens >= 1
     after = _request(prompt_ids("Hi"), max_tokens=4, temperature=0.0)
     await dispatch_request(after, bus=bus)
-    assert (await _collect(bus, after, loop.worker_id))[-1]["type"] == "completed"
+    assert (await _collect(bus, after, loop.worker_id))[-1].type == "completed"
     assert not loop.stopped.is_set()
 
 
