@@ -27,9 +27,9 @@ import time
 import redis
 
 from wire.bus.redis_bus import RedisBus, RedisWorkerBus
-from wire.events import EventType, created_event, delta_event, terminal_event
+from wire.events import ChoiceDelta, Created, Delta, Event, EventType, Terminal
 
-POLL_MS = 300  # inference.dispatch.POLL_MS
+POLL_MS = 300  # inference.relay.dispatch.POLL_MS
 
 
 def _free_port() -> int:
@@ -38,12 +38,11 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _events(rid: str, tokens: int) -> list[dict]:
-    events = [created_event(response_id=rid, model="m", worker_id="w", prompt_tokens=1)]
+def _events(rid: str, tokens: int) -> list[Event]:
+    events: list[Event] = [Created(response_id=rid, model="m", worker_id="w", prompt_tokens=1)]
     for seq in range(2, tokens + 2):
-        choice = {"index": 0, "text": "x", "token_ids": [seq], "logprobs": None}
-        events.append(delta_event(seq, [{**choice, "finish_reason": None}]))
-    events.append(terminal_event(EventType.COMPLETED, tokens + 2))
+        events.append(Delta(seq, (ChoiceDelta(0, "x", (seq,)),)))
+    events.append(Terminal(EventType.COMPLETED, tokens + 2))
     return events
 
 

@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     from gpuworkers.engine.convert_gguf import ensure_demo_model
-    from gpuworkers.engine.tokenizer import load_tokenizer
+    from tokenization.tokenizer import load_tokenizer
 
     started = time.time()
     load_before = os.getloadavg()

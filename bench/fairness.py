@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.flops import ModelShape
     from bench.workloads import plain_token_ids
     from gpuworkers.engine.convert_gguf import ensure_demo_model
-    from gpuworkers.engine.tokenizer import load_tokenizer
+    from tokenization.tokenizer import load_tokenizer
 
     # SIGTERM (and SIGINT, even when a shell started us ignoring it) unwind
     # like Ctrl-C, through every finally: each worker is stopped.

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 
 from wire.bus.redis_bus import WORKERS_KEY, RedisBus
-from wire.events import TERMINAL_EVENTS
+from wire.events import Delta, Event, Terminal
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 
 TIER_PRIORITY = {"free": 0, "pro": 1}
 
@@ -101,7 +102,7 @@ class Driver:
             response_id=response_id,
             model=self.model,
             prompt_token_ids=prompt,
-            sampling={"max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True},
+            sampling=Sampling(max_tokens=max_tokens, temperature=0.0, ignore_eos=True),
             priority=TIER_PRIORITY[tier],
             tier=tier,
         )
@@ -112,24 +113,24 @@ class Driver:
             seq = 0
             while record.ended is None:
                 for event in await self.bus.read_events(response_id, seq, 1000):
-                    seq = event["seq"]
+                    seq = event.seq
                     self._on_event(phase, record, event)
         finally:
             self.open.pop(response_id, None)
         return record
 
-    def _on_event(self, phase: Phase, record: Record, event: dict) -> None:
+    def _on_event(self, phase: Phase, record: Record, event: Event) -> None:
         now = time.monotonic()
-        if event["type"] == "delta":
-            count = sum(len(c.get("token_ids") or []) for c in event["choices"])
+        if isinstance(event, Delta):
+            count = sum(len(c.token_ids) for c in event.choices)
             if count and record.first_token is None:
                 record.first_token = now
             record.tokens += count
             phase.deltas.append((now, record.tier, count))
-        elif event["type"] in TERMINAL_EVENTS:
+        elif isinstance(event, Terminal):
             record.ended = now
-            record.end_type = event["type"]
-            record.server_ttft_ms = (event.get("metrics") or {}).get("ttft_ms")
+            record.end_type = event.type.value
+            record.server_ttft_ms = event.metrics.ttft_ms
 
     async def abort_all(self) -> None:
         for response_id in list(self.open):

@@ -21,12 +21,14 @@ from dataclasses import dataclass
 
 from wire.bus.redis_bus import RedisWorkerBus
 from wire.events import (
+    ChoiceDelta,
+    Created,
+    Delta,
+    Event,
     EventType,
-    created_event,
-    delta_event,
-    metrics_body,
-    terminal_event,
-    usage_body,
+    Terminal,
+    Timings,
+    TokenUsage,
 )
 from wire.workers import WorkerInfo, WorkerState
 
@@ -72,7 +74,7 @@ def serve(bus: RedisWorkerBus, worker_id: str, model: str, step: float) -> None:
             beat = now
         requests, aborts = bus.poll(worker_id, max(1, int((next_step - now) * 1000)))
         for r in requests:
-            created = created_event(
+            created = Created(
                 response_id=r.response_id,
                 model=model,
                 worker_id=worker_id,
@@ -80,13 +82,13 @@ def serve(bus: RedisWorkerBus, worker_id: str, model: str, step: float) -> None:
             )
             bus.publish(r.response_id, created)
             running[r.response_id] = _Running(
-                1, 0, int(r.sampling["max_tokens"]), len(r.prompt_token_ids), r.created_at
+                1, 0, int(r.sampling.max_tokens or 16), len(r.prompt_token_ids), r.created_at
             )
         for rid in aborts:
             state = running.pop(rid, None)
             if state is not None:
-                usage = usage_body(prompt_tokens=state.prompt_tokens, completion_tokens=state.sent)
-                bus.publish(rid, terminal_event(EventType.CANCELLED, state.seq + 1, usage=usage))
+                usage = TokenUsage(state.prompt_tokens, state.sent)
+                bus.publish(rid, Terminal(EventType.CANCELLED, state.seq + 1, usage=usage))
         if time.monotonic() < next_step:
             continue
         bus.publish_many(_step(running))
@@ -96,35 +98,34 @@ def serve(bus: RedisWorkerBus, worker_id: str, model: str, step: float) -> None:
     bus.deregister(worker_id)
 
 
-def _step(running: dict[str, _Running]) -> list[tuple[str, dict]]:
-    batch = []
+def _step(running: dict[str, _Running]) -> list[tuple[str, Event]]:
+    batch: list[tuple[str, Event]] = []
     for rid, state in list(running.items()):
         state.seq += 1
         last = state.sent + 1 >= state.max_tokens
-        choice = {
-            "index": 0,
-            "text": TOKENS[state.sent % len(TOKENS)],
-            "token_ids": [state.sent],
-            "logprobs": None,
-            "finish_reason": "length" if last else None,
-        }
+        choice = ChoiceDelta(
+            0,
+            TOKENS[state.sent % len(TOKENS)],
+            (state.sent,),
+            finish_reason="length" if last else None,
+        )
         state.sent += 1
         state.first_at = state.first_at or time.time()
-        batch.append((rid, delta_event(state.seq, [choice])))
+        batch.append((rid, Delta(state.seq, (choice,))))
         if last:
             del running[rid]
-            metrics = metrics_body(
+            metrics = Timings(
                 queue_time_ms=0.0,
                 ttft_ms=(state.first_at - state.created_at) * 1000,
                 duration_ms=(time.time() - state.created_at) * 1000,
             )
-            usage = usage_body(prompt_tokens=state.prompt_tokens, completion_tokens=state.sent)
-            ending = terminal_event(
+            usage = TokenUsage(state.prompt_tokens, state.sent)
+            ending = Terminal(
                 EventType.COMPLETED,
                 state.seq + 1,
                 usage=usage,
                 metrics=metrics,
-                finish_reasons={"0": "length"},
+                finish_reasons={0: "length"},
             )
             batch.append((rid, ending))
     return batch

@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     from gpuworkers.engine.convert_gguf import ensure_demo_model
-    from gpuworkers.engine.tokenizer import load_tokenizer
+    from tokenization.tokenizer import load_tokenizer
 
     started, load_before = time.time(), os.getloadavg()
     model_dir = Path(ensure_demo_model())

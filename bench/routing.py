@@ -3,7 +3,7 @@
     python -m bench.routing [--conversations N] [--turns N] [--hot-requests N]
 
 Three ``manage.py gpuworker`` subprocesses serve the demo model from Redis.
-The driver dispatches through ``inference.dispatch.dispatch_request`` (the
+The driver dispatches through ``inference.relay.dispatch.dispatch_request`` (the
 web tier's own routing code, no HTTP) with ``FLEET_ROUTING_POLICY`` set per
 phase, and reads each response's terminal event:
 
@@ -185,18 +185,18 @@ class Driver:
         self.bus = bus
 
     async def ask(self, messages: list[dict], routing_key: str) -> Result:
-        from gpuworkers.engine.sampling_params import SamplingParams
-        from gpuworkers.engine.tokenizer import apply_chat_template
-        from inference.dispatch import dispatch_request, stream_events
-        from wire.events import EventType
+        from inference.relay.dispatch import dispatch_request, stream_events
+        from tokenization import apply_chat_template
+        from wire.events import Delta, Terminal
         from wire.requests import GenerationRequest
+        from wire.sampling import Sampling
 
-        sampling = SamplingParams(max_tokens=self.args.max_tokens, temperature=0.0)
+        sampling = Sampling(max_tokens=self.args.max_tokens, temperature=0.0)
         request = GenerationRequest(
             response_id=f"bench-{uuid.uuid4().hex}",
             model=self.args.model,
             prompt_token_ids=apply_chat_template(self.tokenizer, messages),
-            sampling=dataclasses.asdict(sampling),
+            sampling=sampling,
             tier="pro",
             tenant_id=1,
             cache_salt="bench",
@@ -206,15 +206,14 @@ class Driver:
         async for event in stream_events(
             request.response_id, worker_id=worker.worker_id, bus=self.bus
         ):
-            if event["type"] == EventType.DELTA:
-                text.extend(c["text"] for c in event["choices"])
-            elif event["type"] != EventType.CREATED:
-                usage, metrics = event["usage"], event["metrics"]
+            if isinstance(event, Delta):
+                text.extend(c.text for c in event.choices)
+            elif isinstance(event, Terminal):
                 return Result(
                     worker.worker_id,
-                    usage["prompt_tokens"],
-                    usage["cached_tokens"],
-                    metrics.get("ttft_ms"),
+                    event.usage.prompt_tokens,
+                    event.usage.cached_tokens,
+                    event.metrics.ttft_ms,
                     "".join(text),
                 )
         raise RuntimeError("stream ended without a terminal event")
@@ -366,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_django(args)
     from bench.peers.launch import machine_info
     from gpuworkers.engine.convert_gguf import ensure_demo_model
-    from gpuworkers.engine.tokenizer import load_tokenizer
+    from tokenization.tokenizer import load_tokenizer
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     started = time.time()
@@ -379,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         progress("interrupted: workers stopped, nothing written")
         return 130
     summary = {
-        "driver": "inference.dispatch over the Redis bus, no HTTP; 3 gpuworker processes",
+        "driver": "inference.relay.dispatch over the Redis bus, no HTTP; 3 gpuworker processes",
         "model": args.model,
         "shape": {k: v for k, v in vars(args).items() if k not in ("out", "redis_url")},
         "machine": machine_info(load_before),

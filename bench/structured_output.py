@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from gpuworkers.engine.tokenizer import load_tokenizer
+from tokenization.tokenizer import load_tokenizer
 
 MODEL_DIR = Path.home() / ".cache/llm-platform/models/smollm2-135m-instruct"
 OUT = Path(__file__).parent / "results" / "structured-output.json"

@@ -172,7 +172,7 @@ PASSAGE = (
 
 def repetition_prompt(tokenizer) -> list[int]:
     """A chat prompt asking to repeat the passage with one edit."""
-    from gpuworkers.engine.tokenizer import apply_chat_template
+    from tokenization.tokenizer import apply_chat_template
 
     message = (
         "Repeat the following passage exactly, but write 'lamp' instead of 'lantern':\n\n" + PASSAGE
@@ -216,7 +216,7 @@ def build_chat_workload(
     """One user message per request through the model's chat template;
     output lengths uniform in ``shape``'s [out_min, out_max] (the prompt
     lengths are the messages' own)."""
-    from gpuworkers.engine.tokenizer import apply_chat_template
+    from tokenization.tokenizer import apply_chat_template
 
     rng = random.Random(seed)
     offline = [
@@ -247,7 +247,7 @@ def build_edit_workload(
     template, so unlike the random prompts of ``build_workload`` the
     prompt's wording matters; outputs are ``shape``'s lengths, with
     ``ignore_eos``."""
-    from gpuworkers.engine.tokenizer import apply_chat_template
+    from tokenization.tokenizer import apply_chat_template
 
     rng = random.Random(seed)
     if passages is None:

@@ -2,7 +2,7 @@
 
 from ninja import NinjaAPI
 
-from inference.api import register as register_inference
+from inference.api.endpoints import register as register_inference
 
 api = NinjaAPI(
     title="LLM platform API",

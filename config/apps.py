@@ -6,7 +6,7 @@ class PlatformConfig(AppConfig):
 
     Lower layers never import higher ones, so what they need from above is
     handed in here: where the bus is (``wire.bus``) and how to start the
-    embedded worker (``inference.dispatch``).
+    embedded worker (``inference.relay.dispatch``).
     """
 
     name = "config"
@@ -15,8 +15,7 @@ class PlatformConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from config import embedded
-        from inference.dispatch import embedded_worker_register
+        from inference.relay.dispatch import embedded_worker_register
         from wire.bus import BusConfig, configure
 
         configure(
@@ -27,4 +26,12 @@ class PlatformConfig(AppConfig):
                 usage_stream_key=settings.USAGE_STREAM_KEY,
             )
         )
-        embedded_worker_register(embedded.start)
+        embedded_worker_register(_embedded_start)
+
+
+def _embedded_start():
+    # Imported on first use: the worker and its engine (torch) load only in a
+    # process that runs the embedded engine, never in a plain web process.
+    from config import embedded
+
+    return embedded.start()

@@ -33,7 +33,7 @@ warm_in_background()
 
 if settings.WEB_WARM_TOKENIZERS:
     # Prompts are tokenized here; the first burst must not wait for the load.
-    from inference.warmup import tokenizers_warm_in_background  # noqa: E402
+    from inference.prompts.warmup import tokenizers_warm_in_background  # noqa: E402
 
     tokenizers_warm_in_background()
 

@@ -9,7 +9,7 @@ Three checks, each reported by name so an operator sees which one failed:
 - ``workers``: every served model has at least one READY worker. Served
   models are the control snapshot's catalog, else the active rows.
 - ``draining``: present (true) once the process is shutting down
-  (``inference.drain``): not ready, whatever the others say.
+  (``inference.admission.drain``): not ready, whatever the others say.
 
 Liveness (``/healthz``) checks nothing: a process that can answer is alive.
 """
@@ -27,7 +27,7 @@ from django.db import DatabaseError, connection
 from fleet.fallback import db_mark_down, db_marked_down
 from fleet.selectors import served_model_list_active
 from fleet.snapshot import asnapshot_current
-from inference.drain import draining
+from inference.admission.drain import draining
 from wire.bus import BusUnavailable, get_bus
 from wire.workers import WorkerState
 

@@ -6,7 +6,7 @@ SSE streams were cut mid-response. Daphne has no ASGI lifespan and no
 drain of its own (``application_close_timeout`` only bounds apps whose
 client already left). So once the reactor runs (its handlers are
 installed in "during startup"; ``callWhenRunning`` comes after), this
-replaces the SIGTERM handler: the first signal runs ``inference.drain``
+replaces the SIGTERM handler: the first signal runs ``inference.admission.drain``
 (new responses 503, open ones finish within ``WEB_DRAIN_SECONDS``, the
 rest end ``server_shutdown``) and then stops the reactor, so Daphne exits
 0; a second signal stops at once.
@@ -21,7 +21,7 @@ import sys
 
 from django.conf import settings
 
-from inference.drain import drain
+from inference.admission.drain import drain
 
 logger = logging.getLogger(__name__)
 

@@ -7,6 +7,7 @@ import logging
 
 from console.capacity import ModelShape
 from console.selectors import model_shape_from_dir
+from tokenization.files import DEMO_NAME, demo_model_dir
 
 logger = logging.getLogger(__name__)
 
@@ -32,8 +33,6 @@ def _values(shape: ModelShape, gpu_memory_gib: float, reserve_gib: float) -> dic
 
 def capacity_presets() -> dict[str, dict]:
     """Presets by key, the served demo model first when its files are present."""
-    from gpuworkers.engine.convert_gguf import DEMO_NAME, demo_model_dir
-
     presets: dict[str, dict] = {}
     directory = demo_model_dir()
     try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inference.errors import APIError, ContextLengthExceeded, InsufficientQuota
-from wire.events import TERMINAL_EVENTS, EventType
+from wire.events import Delta, Event, Terminal
 
 # A message is one turn typed by a person; the tier's context cap bounds
 # what the model sees, this bounds what one frame may carry.
@@ -111,31 +111,24 @@ def started_frame(*, conversation_id: int, message_id: int, response_id: str) ->
     }
 
 
-def client_frame(event: dict[str, Any], response_id: str) -> dict[str, Any] | None:
+def client_frame(event: Event, response_id: str) -> dict[str, Any] | None:
     """The browser's frame for one bus event; None for ``created``."""
-    kind = event["type"]
-    if kind == EventType.DELTA:
-        choices = event.get("choices") or []
-        text = "".join(c.get("text") or "" for c in choices if c.get("index", 0) == 0)
-        return {"type": "delta", "response_id": response_id, "seq": event["seq"], "text": text}
-    if kind in TERMINAL_EVENTS:
-        usage = event.get("usage") or {}
-        prompt = int(usage.get("prompt_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
-        error = event.get("error")
+    if isinstance(event, Delta):
+        text = "".join(c.text for c in event.choices if c.index == 0)
+        return {"type": "delta", "response_id": response_id, "seq": event.seq, "text": text}
+    if isinstance(event, Terminal):
+        usage, error = event.usage, event.error
         return {
-            "type": str(kind),
+            "type": event.type.value,
             "response_id": response_id,
-            "seq": event["seq"],
-            "finish_reason": (event.get("finish_reasons") or {}).get("0"),
+            "seq": event.seq,
+            "finish_reason": event.finish_reason,
             "usage": {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "total_tokens": usage.prompt_tokens + usage.completion_tokens,
             },
-            "error": (
-                {"message": error.get("message"), "code": error.get("code")} if error else None
-            ),
+            "error": {"message": error.message, "code": error.code} if error else None,
         }
     return None
 

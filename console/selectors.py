@@ -22,6 +22,7 @@ from django.utils import timezone
 from billing.models import UsageRecord
 from console.capacity import ModelShape, shape_from_config
 from console.models import Conversation, Message
+from inference.request import ChatTurn
 from tenants.models import Membership, Tenant
 from wire.bus import get_bus
 from wire.workers import WorkerInfo
@@ -46,14 +47,14 @@ def conversation_transcript(*, conversation: Conversation) -> list[Message]:
     return list(conversation.messages.filter(superseded=False).order_by("created_at", "id"))
 
 
-def conversation_turns(*, conversation: Conversation) -> list[dict[str, str]]:
-    """The chat history as prompt messages.
+def conversation_turns(*, conversation: Conversation) -> list[ChatTurn]:
+    """The chat history as the prompt's turns.
 
     Replies that produced no text (failed before the first token) are left
     out: the model should not see an empty assistant turn.
     """
     return [
-        {"role": m.role, "content": m.content}
+        ChatTurn(m.role, m.content)
         for m in conversation_transcript(conversation=conversation)
         if m.role == Message.Role.USER or m.content
     ]

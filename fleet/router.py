@@ -13,7 +13,7 @@
    it: the one that served the key's previous fallback turn if it has room
    (it holds that turn's KV), else the least loaded.
 
-Plain Python; ``inference.dispatch`` supplies the registry and load view.
+Plain Python; ``inference.relay.dispatch`` supplies the registry and load view.
 """
 
 from __future__ import annotations

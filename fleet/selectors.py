@@ -17,6 +17,7 @@ from fleet.fallback import db_mark_down, db_marked_down
 from fleet.models import Deployment, Rollout, RoutingSettings, ServedModel
 from fleet.snapshot import snapshot_current
 from tenants.models import Tier
+from tokenization.files import converted_demo_dir
 from wire.workers import WorkerInfo
 
 
@@ -40,17 +41,15 @@ def served_model_get(*, name: str, tier: Tier) -> ServedModel | None:
 
 
 def served_model_dir(*, model: ServedModel) -> Path:
-    """The model's Hugging Face directory (tokenizer, config, weights).
+    """The model's Hugging Face directory (the web tier reads its tokenizer).
 
-    A blank path is the demo model: it is converted from its GGUF file on
-    first use, so a fresh checkout needs no manual step.
+    A blank path is the demo model, once set-up or its worker converted it
+    from its GGUF file; raises ``tokenization.ModelFilesMissing`` before
+    then. The web tier never converts (or loads) weights itself.
     """
     if model.path:
         return Path(model.path)
-    from gpuworkers.engine.convert_gguf import ensure_demo_model
-
-    # Returns at once when the converted directory is complete.
-    return ensure_demo_model()
+    return converted_demo_dir()
 
 
 @dataclass(slots=True, frozen=True)

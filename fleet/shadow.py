@@ -23,7 +23,7 @@ from asgiref.sync import sync_to_async
 from fleet.ring import HashRing
 from fleet.router import servable
 from wire.bus import Bus, BusUnavailable
-from wire.events import TERMINAL_EVENTS, EventType
+from wire.events import Delta, Terminal
 from wire.requests import GenerationRequest
 from wire.snapshot import RolloutSpec
 from wire.workers import WorkerInfo
@@ -62,7 +62,7 @@ async def shadow_maybe(
         response_id=f"shadow-{uuid.uuid4().hex}",
         model=request.model,
         prompt_token_ids=list(request.prompt_token_ids),
-        sampling=dict(request.sampling),
+        sampling=request.sampling,
         # The lowest priority: shadow work yields to every user request.
         priority=0,
         tier="free",
@@ -88,12 +88,11 @@ async def _outcome(bus: Bus, response_id: str) -> tuple[str, str, int]:
     seq = 0
     while True:
         for event in await bus.read_events(response_id, seq, 1000):
-            seq = event["seq"]
-            if event["type"] == EventType.DELTA:
-                parts.extend(c.get("text") or "" for c in event["choices"] if c["index"] == 0)
-            elif event["type"] in TERMINAL_EVENTS:
-                usage = event.get("usage") or {}
-                return event["type"], "".join(parts), int(usage.get("completion_tokens", 0))
+            seq = event.seq
+            if isinstance(event, Delta):
+                parts.extend(c.text for c in event.choices if c.index == 0)
+            elif isinstance(event, Terminal):
+                return event.type.value, "".join(parts), event.usage.completion_tokens
 
 
 async def _compare(

@@ -55,8 +55,13 @@ def engine_scheduling_options(
 
 def request_scheduling(request: GenerationRequest) -> dict[str, Any]:
     """``LLMEngine.add_request``'s scheduling arguments for ``request``:
-    priority, tier and tenant (the engine's fair share between tenants
-    inside a tier). The service class joins here once the wire request
-    carries one; until then every request is the engine's "default"."""
+    priority, tier, tenant (the engine's fair share between tenants inside a
+    tier) and service class (priority, default, flex, batch), all from the
+    wire request."""
     tenant = None if request.tenant_id is None else str(request.tenant_id)
-    return {"priority": request.priority, "tier": request.tier, "tenant": tenant}
+    return {
+        "priority": request.priority,
+        "tier": request.tier,
+        "tenant": tenant,
+        "service_class": request.service_class.value,
+    }

@@ -22,6 +22,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from wire.events import ErrorInfo
 from wire.requests import GenerationRequest
 from wire.tracing import context_from_traceparent, ns, tracer, tracing_enabled
 
@@ -38,7 +39,8 @@ def request_span_start(
         "llm.tier": request.tier,
         "worker_id": worker_id,
         "llm.prompt_tokens": len(request.prompt_token_ids),
-        "llm.max_tokens": int(request.sampling.get("max_tokens") or 0),
+        "llm.max_tokens": request.sampling.max_tokens or 0,
+        "llm.service_class": request.service_class.value,
         "messaging.operation.type": "process",
         # Time on the bus: from the web tier's enqueue to this intake.
         "messaging.wait_seconds": round(max(at - request.created_at, 0.0), 6),
@@ -60,7 +62,7 @@ def request_span_end(
     *,
     outcome: str,
     at: float,
-    error: dict[str, Any] | None = None,
+    error: ErrorInfo | None = None,
 ) -> None:
     """Close the root span with the response's phases as children.
 
@@ -100,8 +102,8 @@ def request_span_end(
     if "abort" in reasons:
         span.add_event("abort", timestamp=ns(at))
     if error is not None:
-        span.set_status(Status(StatusCode.ERROR, error.get("message")))
-        span.set_attribute("error.type", error.get("code") or error.get("type") or "error")
+        span.set_status(Status(StatusCode.ERROR, error.message))
+        span.set_attribute("error.type", error.code or error.type or "error")
     span.end(end_time=ns(at))
 
 

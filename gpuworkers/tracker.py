@@ -27,15 +27,22 @@ from typing import Any
 from gpuworkers.metrics import RequestPhases, WorkerMetrics
 from gpuworkers.spans import request_span_end, request_span_start
 from wire.events import (
+    ChoiceDelta,
+    Created,
+    Delta,
+    ErrorInfo,
+    Event,
     EventType,
-    created_event,
-    delta_event,
-    metrics_body,
-    terminal_event,
-    usage_body,
+    PromptLogprob,
+    PromptLogprobs,
+    Terminal,
+    Timings,
+    TokenLogprob,
+    TokenUsage,
+    TopLogprob,
 )
 from wire.requests import GenerationRequest
-from wire.usage import UsageEntry, UsageStream, get_usage_stream, usage_entry_from_terminal
+from wire.usage import UsageEntry, UsageStream, get_usage_stream, usage_entry
 
 logger = logging.getLogger(__name__)
 
@@ -89,36 +96,33 @@ class TokenBytes:
         return token.replace("\u2581", " ").encode("utf-8")
 
 
-def _token_entry(raw: str, logprob: float, to_bytes: TokenBytes) -> dict[str, Any]:
+def _top(raw: str, logprob: float, to_bytes: TokenBytes) -> TopLogprob:
     data = to_bytes(raw)
     # A token may hold part of a multi-byte character: show what decodes.
-    return {
-        "token": data.decode("utf-8", errors="replace"),
-        "logprob": logprob,
-        "bytes": list(data),
-    }
+    return TopLogprob(data.decode("utf-8", errors="replace"), logprob, tuple(data))
 
 
-def logprobs_body(logprobs: list[Any] | None, to_bytes: TokenBytes) -> list[dict[str, Any]] | None:
-    """Engine TokenLogprob records as OpenAI logprob content entries."""
+def token_logprobs(
+    logprobs: list[Any] | None, to_bytes: TokenBytes
+) -> tuple[TokenLogprob, ...] | None:
+    """Engine TokenLogprob records as the wire's (tokens as text and bytes)."""
     if logprobs is None:
         return None
-    return [
-        {
-            **_token_entry(lp.token, lp.logprob, to_bytes),
-            "top_logprobs": [_token_entry(tok, value, to_bytes) for _, tok, value in lp.top],
-        }
-        for lp in logprobs
-    ]
+    out = []
+    for lp in logprobs:
+        own = _top(lp.token, lp.logprob, to_bytes)
+        top = tuple(_top(tok, value, to_bytes) for _, tok, value in lp.top)
+        out.append(TokenLogprob(own.token, own.logprob, own.bytes, top))
+    return tuple(out)
 
 
-def prompt_logprobs_body(entries: list[Any] | None) -> list[dict[str, Any] | None] | None:
-    """Engine prompt logprobs in vLLM's shape: per prompt token None (the
-    first, which nothing predicts) or ``{token_id: {logprob, rank,
-    decoded_token}}`` for the token itself and its top alternatives."""
+def prompt_logprobs(entries: list[Any] | None) -> PromptLogprobs | None:
+    """Engine prompt logprobs as vLLM reports them: per prompt token None
+    (the first, which nothing predicts) or the token itself, then its top
+    alternatives, each with its rank."""
     if entries is None:
         return None
-    body: list[dict[str, Any] | None] = []
+    body: list[tuple[PromptLogprob, ...] | None] = []
     for entry in entries:
         if entry is None:
             body.append(None)
@@ -127,17 +131,14 @@ def prompt_logprobs_body(entries: list[Any] | None) -> list[dict[str, Any] | Non
         # The prompt's own token first; its rank is known when it is among
         # the alternatives (vLLM computes it always; None says "not among them").
         own_rank = ranked.get(entry.token_id, (None,))[0]
-        item = {
-            str(entry.token_id): {
-                "logprob": entry.logprob,
-                "rank": own_rank,
-                "decoded_token": entry.token,
-            }
-        }
-        for tid, (rank, tok, lp) in ranked.items():
-            item.setdefault(str(tid), {"logprob": lp, "rank": rank, "decoded_token": tok})
-        body.append(item)
-    return body
+        candidates = [PromptLogprob(entry.token_id, entry.logprob, own_rank, entry.token)]
+        candidates += [
+            PromptLogprob(tid, lp, rank, tok)
+            for tid, (rank, tok, lp) in ranked.items()
+            if tid != entry.token_id
+        ]
+        body.append(tuple(candidates))
+    return tuple(body)
 
 
 @dataclass(slots=True)
@@ -153,7 +154,7 @@ class _Response:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
-    finish_reasons: dict[str, str] = field(default_factory=dict)
+    finish_reasons: dict[int, str] = field(default_factory=dict)
     # The worker's root span for this response (None while not tracing).
     span: Any = None
     # (positions, step start, step end) of each prefill chunk, while tracing.
@@ -179,18 +180,18 @@ class _Response:
             generation_tokens=self.completion_tokens,
         )
 
-    def usage(self) -> dict[str, int]:
-        return usage_body(
+    def usage(self) -> TokenUsage:
+        return TokenUsage(
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             cached_tokens=self.cached_tokens,
         )
 
-    def metrics(self) -> dict[str, float | None]:
+    def metrics(self) -> Timings:
         start = self.request.created_at
         queue = self.queue_seconds()
         ttft = None if self.first_token_at is None else self.first_token_at - start
-        return metrics_body(
+        return Timings(
             queue_time_ms=_ms(queue), ttft_ms=_ms(ttft), duration_ms=_ms(time.time() - start)
         )
 
@@ -217,7 +218,7 @@ class ResponseTracker:
         self.token_bytes = TokenBytes(tokenizer)
         self.metrics = metrics or WorkerMetrics(model)
         self.active: dict[str, _Response] = {}
-        self._batch: list[tuple[str, dict[str, Any]]] = []
+        self._batch: list[tuple[str, Event]] = []
 
     def open(self, request: GenerationRequest) -> None:
         """Start a response: queue its ``created`` event."""
@@ -228,23 +229,23 @@ class ResponseTracker:
         self.active[request.response_id] = response
         self._batch.append((request.response_id, self._created(request)))
 
-    def reject(self, request: GenerationRequest, error: dict[str, Any]) -> None:
+    def reject(self, request: GenerationRequest, error: ErrorInfo) -> None:
         """Answer a request that never reaches the engine: created, then failed."""
         self.open(request)
         self.fail(request.response_id, error)
 
-    def fail(self, response_id: str, error: dict[str, Any]) -> None:
+    def fail(self, response_id: str, error: ErrorInfo) -> None:
         """End a response with ``failed``, keeping the usage counted so far."""
         response = self.active.pop(response_id, None)
         if response is None:
             return
         response.seq += 1
-        event = terminal_event(
+        event = Terminal(
             EventType.FAILED,
             response.seq,
             usage=response.usage(),
             metrics=response.metrics(),
-            finish_reasons=response.finish_reasons,
+            finish_reasons=dict(response.finish_reasons),
             error=error,
         )
         self._batch.append((response_id, event))
@@ -258,7 +259,7 @@ class ResponseTracker:
         response = self.active.pop(response_id, None)
         if response is None:
             return False
-        closed = {"message": "The stream was ended by the web tier", "code": "stream_closed"}
+        closed = ErrorInfo("The stream was ended by the web tier", code="stream_closed")
         request_span_end(response.span, response, outcome="closed", at=time.time(), error=closed)
         return True
 
@@ -291,26 +292,24 @@ class ResponseTracker:
                     response.first_token_at = now
             reason = choice.finish_reason
             if reason:
-                response.finish_reasons[str(choice.index)] = reason
+                response.finish_reasons[choice.index] = reason
             client_reason = reason if reason in CLIENT_FINISH_REASONS else None
             if choice.token_ids or choice.text or client_reason:
                 choices.append(
-                    {
-                        "index": choice.index,
-                        "text": choice.text,
-                        "token_ids": list(choice.token_ids),
-                        "logprobs": logprobs_body(choice.logprobs, self.token_bytes),
-                        "finish_reason": client_reason,
-                    }
+                    ChoiceDelta(
+                        index=choice.index,
+                        text=choice.text,
+                        token_ids=tuple(choice.token_ids),
+                        logprobs=token_logprobs(choice.logprobs, self.token_bytes),
+                        finish_reason=client_reason,
+                    )
                 )
         if produced:
             self._observe_tokens(response, now)
         if choices:
             response.seq += 1
-            prompt_logprobs = prompt_logprobs_body(output.prompt_logprobs)
-            self._batch.append(
-                (output.request_id, delta_event(response.seq, choices, prompt_logprobs))
-            )
+            delta = Delta(response.seq, tuple(choices), prompt_logprobs(output.prompt_logprobs))
+            self._batch.append((output.request_id, delta))
         if output.finished:
             self._finish(output.request_id, response)
 
@@ -331,17 +330,17 @@ class ResponseTracker:
         aborted = "abort" in response.finish_reasons.values()
         response.seq += 1
         kind = EventType.CANCELLED if aborted else EventType.COMPLETED
-        event = terminal_event(
+        event = Terminal(
             kind,
             response.seq,
             usage=response.usage(),
             metrics=response.metrics(),
-            finish_reasons=dict(sorted(response.finish_reasons.items(), key=lambda kv: int(kv[0]))),
+            finish_reasons=dict(sorted(response.finish_reasons.items())),
         )
         self._batch.append((response_id, event))
         self._report_usage(response.request, event)
         now = time.time()
-        reason = "abort" if aborted else response.finish_reasons.get("0", "stop")
+        reason = "abort" if aborted else response.finish_reasons.get(0, "stop")
         self.metrics.finished(
             reason=reason,
             e2e=now - response.request.created_at,
@@ -350,10 +349,10 @@ class ResponseTracker:
         )
         request_span_end(response.span, response, outcome=kind.value, at=now)
 
-    def _report_usage(self, request: GenerationRequest, terminal: dict[str, Any]) -> None:
+    def _report_usage(self, request: GenerationRequest, terminal: Terminal) -> None:
         if request.usage_tag is None or request.tenant_id is None:
             return  # not billed: a shadow copy
-        entry = usage_entry_from_terminal(
+        entry = usage_entry(
             response_id=request.response_id,
             tenant_id=request.tenant_id,
             model=request.model,
@@ -366,7 +365,7 @@ class ResponseTracker:
         )
         self._usage.append(entry)
 
-    def take_batch(self) -> list[tuple[str, dict[str, Any]]]:
+    def take_batch(self) -> list[tuple[str, Event]]:
         """The events to publish, after appending the batch's usage entries."""
         self._send_usage()
         batch, self._batch = self._batch, []
@@ -391,8 +390,8 @@ class ResponseTracker:
             return
         self._usage = []
 
-    def _created(self, request: GenerationRequest) -> dict[str, Any]:
-        return created_event(
+    def _created(self, request: GenerationRequest) -> Created:
+        return Created(
             response_id=request.response_id,
             model=self.model,
             worker_id=self.worker_id,

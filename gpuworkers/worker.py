@@ -34,11 +34,12 @@ from typing import Any
 
 from gpuworkers.heartbeat import Beats, TokenRate
 from gpuworkers.metrics import WorkerMetrics
+from gpuworkers.sampling import sampling_params
 from gpuworkers.scheduling import request_scheduling
 from gpuworkers.tracker import ResponseTracker
 from wire import logs
 from wire.bus import BusUnavailable, WorkerBus
-from wire.events import error_body
+from wire.events import ErrorInfo
 from wire.requests import GenerationRequest
 from wire.tracing import tracing_enabled
 from wire.workers import WorkerInfo, WorkerState
@@ -53,16 +54,14 @@ HEARTBEAT_INTERVAL = 1.0
 DRAIN_SECONDS = 30.0
 # Consecutive failing steps after which the engine is considered broken.
 MAX_STEP_FAILURES = 5
-ENGINE_ERROR = error_body("The inference engine failed on this request", code="engine_error")
-DRAINING_ERROR = error_body(
-    "The worker is shutting down; retry the request", code="worker_draining"
-)
-SHUTDOWN_ERROR = error_body("The worker was shut down", code="worker_shutdown")
+ENGINE_ERROR = ErrorInfo("The inference engine failed on this request", code="engine_error")
+DRAINING_ERROR = ErrorInfo("The worker is shutting down; retry the request", code="worker_draining")
+SHUTDOWN_ERROR = ErrorInfo("The worker was shut down", code="worker_shutdown")
 
 
-def request_error(message: str) -> dict[str, Any]:
+def request_error(message: str) -> ErrorInfo:
     """The ending of a request whose own processing failed in the engine."""
-    return error_body(
+    return ErrorInfo(
         f"The inference engine failed on this request ({message})", code="engine_error"
     )
 
@@ -281,11 +280,9 @@ class WorkerLoop:
 
     def _admit(self, request: GenerationRequest) -> None:
         # Polled before a drain began: served like the running ones.
-        from gpuworkers.engine import SamplingParams
-
         self.tracker.open(request)
         try:
-            params = SamplingParams(**request.sampling)
+            params = sampling_params(request.sampling)
             self.engine.add_request(
                 request.response_id,
                 list(request.prompt_token_ids),
@@ -295,7 +292,7 @@ class WorkerLoop:
             )
         except (ValueError, TypeError) as exc:
             # The API validates first; this is the engine's last word.
-            error = error_body(
+            error = ErrorInfo(
                 str(exc), type="invalid_request_error", param=getattr(exc, "param", None)
             )
             self.metrics.refused("invalid")
@@ -328,7 +325,7 @@ class WorkerLoop:
         for output in outputs:
             self.tracker.on_output(output)
 
-    def _fail_all(self, error: dict[str, Any]) -> None:
+    def _fail_all(self, error: ErrorInfo) -> None:
         """End every in-flight response with ``failed`` and drop it from the engine."""
         for response_id in list(self.tracker.active):
             self.tracker.fail(response_id, error)

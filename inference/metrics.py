@@ -33,11 +33,11 @@ milliseconds, which vLLM's coarser request-latency buckets would lose.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
 from wire.buckets import TTFT_BUCKETS
+from wire.events import Terminal
 
 LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -84,14 +84,14 @@ def request_refused(*, reason: str, tier: str, model: str) -> None:
     REFUSED.labels(reason, tier, model).inc()
 
 
-def worker_ended_at(terminal: dict[str, Any], *, sent_at: float | None) -> float | None:
+def worker_ended_at(terminal: Terminal, *, sent_at: float | None) -> float | None:
     """When the worker ended the response, on its clock; None if it did not.
 
     The terminal event's duration runs from the enqueue (``sent_at``,
     ``GenerationRequest.created_at``); resumes know no ``sent_at`` and
     endings the web tier wrote have no duration.
     """
-    duration_ms = (terminal.get("metrics") or {}).get("duration_ms")
+    duration_ms = terminal.metrics.duration_ms
     if sent_at is None or not duration_ms:
         return None
     return sent_at + duration_ms / 1000
@@ -107,8 +107,8 @@ def first_token_observe(*, tier: str, model: str, sent_at: float) -> None:
     FIRST_TOKEN_TIME.labels(tier, model).observe(max(time.time() - sent_at, 0.0))
 
 
-def queue_wait_observe(*, tier: str, model: str, terminal: dict[str, Any]) -> None:
+def queue_wait_observe(*, tier: str, model: str, terminal: Terminal) -> None:
     """The terminal event's queue time, when the engine scheduled the request."""
-    queue_ms = (terminal.get("metrics") or {}).get("queue_time_ms")
+    queue_ms = terminal.metrics.queue_time_ms
     if queue_ms is not None:
         QUEUE_WAIT_TIME.labels(tier, model).observe(queue_ms / 1000)

@@ -21,17 +21,17 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import DatabaseError
 
-from inference.dispatch import cancel_request
 from inference.errors import ContentPolicyViolation, ModelNotFound
-from inference.relay import Guard, ResponseRoute, spawn
-from inference.schemas import ChatCompletionRequest
+from inference.relay.dispatch import cancel_request
+from inference.relay.tap import Guard, ResponseRoute, spawn
+from inference.request import InferenceRequest
 from safety import selectors as safety_selectors
 from safety.checks import CLASSIFIER, DENY_LIST, PII, Finding
 from safety.checks.classifier import profanity_model
@@ -43,7 +43,7 @@ from safety.stream import ReplyScreen, ScreenResult
 from tenants.models import ApiKey, Tenant
 from wire import logs
 from wire.bus import get_bus
-from wire.events import TERMINAL_EVENTS, EventType, metrics_body, terminal_event, usage_body
+from wire.events import Created, Delta, Event, EventType, Terminal, Timings, TokenUsage
 
 logger = logging.getLogger(__name__)
 
@@ -94,12 +94,11 @@ class PromptSafety:
 async def prompt_screen(
     *,
     tenant: Tenant,
-    request: ChatCompletionRequest,
+    request: InferenceRequest,
     model: str,
     api_key: ApiKey | None = None,
     user: AbstractBaseUser | None = None,
-    source: str = "",
-) -> tuple[ChatCompletionRequest, PromptSafety]:
+) -> tuple[InferenceRequest, PromptSafety]:
     """The prompt stage: the request to serve (PII redacted) and what the reply needs.
 
     Raises ContentPolicyViolation when a check whose action is BLOCK finds something.
@@ -107,12 +106,12 @@ async def prompt_screen(
     subject = Subject(
         tenant_id=tenant.pk,
         model=model,
-        source=str(source),
+        source=str(request.source),
         api_key_id=api_key.pk if api_key is not None else None,
         user_id=user.pk if user is not None else None,
     )
     policy = await policy_get(tenant)
-    texts = [m.text for m in request.messages]
+    texts = request.prompt.texts()
     # CPU work without the database: any pool thread.
     verdict = await sync_to_async(texts_moderate, thread_sensitive=False)(texts, policy)
     if verdict.action:
@@ -128,11 +127,7 @@ async def prompt_screen(
     if verdict.blocked:
         raise ContentPolicyViolation()
     if verdict.redacted:
-        messages = [
-            m.model_copy(update={"content": text})
-            for m, text in zip(request.messages, verdict.texts, strict=True)
-        ]
-        request = request.model_copy(update={"messages": messages})
+        request = replace(request, prompt=request.prompt.with_texts(verdict.texts))
     return request, PromptSafety(policy, subject)
 
 
@@ -165,15 +160,15 @@ def reply_guard(
     owner = _Owner(route, subject, sent_at) if route and subject else None
     choices = route.n if route is not None else n
 
-    def guard(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    def guard(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
         return _screened(events, policy, choices, owner)
 
     return guard
 
 
 async def _screened(
-    events: AsyncIterator[dict[str, Any]], policy: Policy, n: int, owner: _Owner | None
-) -> AsyncIterator[dict[str, Any]]:
+    events: AsyncIterator[Event], policy: Policy, n: int, owner: _Owner | None
+) -> AsyncIterator[Event]:
     if policy.classifier != Action.OFF:
         # Loaded once per process (scikit-learn), never on the event loop.
         await sync_to_async(profanity_model, thread_sensitive=False)()
@@ -181,10 +176,9 @@ async def _screened(
     sent = _Sent()
     try:
         async for event in events:
-            kind = event["type"]
-            if kind == EventType.DELTA:
+            if isinstance(event, Delta):
                 result = screen.feed(event)
-            elif kind in TERMINAL_EVENTS:
+            elif isinstance(event, Terminal):
                 result = screen.finish()
             else:
                 sent.add(event)
@@ -196,13 +190,13 @@ async def _screened(
             if owner is not None and result.flags:
                 spawn(_record_output(owner, policy, result, SafetyEvent.Outcome.FLAGGED))
             if result.cut is not None:
-                ending = sent.ending(int(event["seq"]), n, owner.sent_at if owner else None)
+                ending = sent.ending(event.seq, n, owner.sent_at if owner else None)
                 if owner is not None:
                     await _cut(owner.route, ending)
                     spawn(_record_output(owner, policy, result, SafetyEvent.Outcome.BLOCKED))
                 yield ending
                 return
-            if kind in TERMINAL_EVENTS:
+            if isinstance(event, Terminal):
                 yield event
                 return
     finally:
@@ -219,37 +213,36 @@ class _Sent:
         self.finished: set[int] = set()
         self.first_at: float | None = None
 
-    def add(self, event: dict[str, Any]) -> None:
-        if event["type"] == EventType.CREATED:
-            self.prompt_tokens = int(event.get("prompt_tokens") or 0)
+    def add(self, event: Event) -> None:
+        if isinstance(event, Created):
+            self.prompt_tokens = event.prompt_tokens
             return
         self.first_at = self.first_at or time.time()
-        for choice in event.get("choices") or ():
-            self.completion_tokens += len(choice.get("token_ids") or ())
-            if choice.get("finish_reason"):
-                self.finished.add(choice.get("index", 0))
+        if isinstance(event, Delta):
+            for choice in event.choices:
+                self.completion_tokens += len(choice.token_ids)
+                if choice.finish_reason:
+                    self.finished.add(choice.index)
 
-    def ending(self, seq: int, n: int, sent_at: float | None) -> dict[str, Any]:
+    def ending(self, seq: int, n: int, sent_at: float | None) -> Terminal:
         """The ``incomplete`` terminal: content_filter for every unfinished choice."""
         now = time.time()
-        metrics = metrics_body(
+        metrics = Timings(
             ttft_ms=(self.first_at - sent_at) * 1000 if sent_at and self.first_at else None,
             duration_ms=(now - sent_at) * 1000 if sent_at else 0.0,
         )
-        reasons = {str(i): "content_filter" for i in range(n) if i not in self.finished}
-        usage = usage_body(
-            prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens
-        )
-        return terminal_event(
+        reasons = {i: "content_filter" for i in range(n) if i not in self.finished}
+        usage = TokenUsage(self.prompt_tokens, self.completion_tokens)
+        return Terminal(
             EventType.INCOMPLETE, seq, usage=usage, metrics=metrics, finish_reasons=reasons
         )
 
 
-async def _cut(route: ResponseRoute, ending: dict[str, Any]) -> None:
+async def _cut(route: ResponseRoute, ending: Terminal) -> None:
     """End the response on its stream, then stop the worker (frees its KV at once)."""
     try:
         # First, so the worker's own ``cancelled`` ending cannot land instead.
-        await get_bus().publish_if_open(route.response_id, dict(ending))
+        await get_bus().publish_if_open(route.response_id, ending)
     except Exception:
         logger.warning("Could not end %s on its stream", route.response_id, exc_info=True)
     try:

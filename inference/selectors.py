@@ -5,7 +5,7 @@ The served-model catalog is the fleet's (``fleet.selectors``).
 
 from django.core.cache import cache
 
-from inference.relay import ResponseRoute, route_cache_key
+from inference.relay.tap import ResponseRoute, route_cache_key
 
 
 async def response_route_get(*, response_id: str, tenant_id: int) -> ResponseRoute | None:
@@ -14,7 +14,9 @@ async def response_route_get(*, response_id: str, tenant_id: int) -> ResponseRou
     Another tenant's response is indistinguishable from an unknown or
     expired one.
     """
-    data = await cache.aget(route_cache_key(response_id))
-    if not data or data.get("tenant_id") != tenant_id:
+    route = await cache.aget(route_cache_key(response_id))
+    # Anything else under the key (a route an older release cached as a dict)
+    # cannot be resumed, as if expired.
+    if not isinstance(route, ResponseRoute) or route.tenant_id != tenant_id:
         return None
-    return ResponseRoute.from_dict(data)
+    return route

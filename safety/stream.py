@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from safety.checks import CLASSIFIER, Finding
 from safety.checks.classifier import profanity_model
 from safety.checks.denylist import MAX_TERM_CHARS, DenyList
 from safety.moderation import OFFENSIVE
 from safety.policy import Action, Policy
+from wire.events import Delta
 
 # Holds a deny-list phrase of MAX_TERM_CHARS plus the delta that ends it.
 WINDOW_CHARS = 2 * MAX_TERM_CHARS
@@ -57,7 +57,7 @@ def _tail(text: str, size: int) -> str:
 @dataclass(slots=True)
 class ScreenResult:
     # Events the client may see now, in order.
-    release: list[dict[str, Any]] = field(default_factory=list)
+    release: list[Delta] = field(default_factory=list)
     # A blocking finding: withhold the rest and end with content_filter.
     cut: Finding | None = None
     # Findings of checks whose action is FLAG, each check reported once.
@@ -97,16 +97,16 @@ class ReplyScreen:
         self._unchecked: dict[int, int] = {}
         # Per choice: the complete text last given to the classifier, and its verdict.
         self._scored: dict[int, tuple[str, Finding | None]] = {}
-        self._held: list[dict[str, Any]] = []
+        self._held: list[Delta] = []
         self._flagged: set[str] = set()
 
-    def feed(self, event: dict[str, Any]) -> ScreenResult:
+    def feed(self, event: Delta) -> ScreenResult:
         """Judge one delta event; returns what to send and whether to cut."""
         touched = []
-        for choice in event.get("choices") or ():
-            text = choice.get("text") or ""
+        for choice in event.choices:
+            text = choice.text
             if text:
-                index = choice.get("index", 0)
+                index = choice.index
                 self._windows[index] = _tail(self._windows.get(index, "") + text, WINDOW_CHARS)
                 self._unchecked[index] = self._unchecked.get(index, 0) + len(text)
                 touched.append(index)

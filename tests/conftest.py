@@ -20,6 +20,15 @@ from tenants.services import (
     tier_seed_defaults,
 )
 
+# Fixtures more than one test package uses (tests/plugins/): registered
+# here, the root conftest, so that no conftest imports another's.
+pytest_plugins = [
+    "tests.plugins.request_path",
+    "tests.plugins.fake_worker",
+    "tests.plugins.engine",
+    "tests.plugins.topology",
+]
+
 
 def _unique(label: str) -> str:
     return f"{label}-{uuid.uuid4().hex[:8]}"

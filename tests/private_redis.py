@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 
-from tests.e2e.conftest import free_port
+from tests.plugins.topology import free_port
 
 
 class PrivateRedis:

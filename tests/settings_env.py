@@ -14,5 +14,5 @@ import secrets
 os.environ.setdefault("DJANGO_ENV", "local")
 os.environ.setdefault("DJANGO_SECRET_KEY", "test-" + secrets.token_urlsafe(50))
 # The in-process ASGI app must not query the database from a thread of its
-# own at import (inference.warmup); tests/inference/test_warmup.py calls it.
+# own at import (inference.prompts.warmup); tests/inference/test_warmup.py calls it.
 os.environ.setdefault("WEB_WARM_TOKENIZERS", "0")

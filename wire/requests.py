@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
+from enum import StrEnum
 
+from wire.sampling import Sampling
 from wire.usage.entry import UsageTag
+
+
+class ServiceClass(StrEnum):
+    """A request's scheduling class within its tenant's tier.
+
+    ``DEFAULT`` is every interactive request's today; OpenAI's
+    ``service_tier`` (priority, default, flex) picks among the first three,
+    and Batch API lines run as ``BATCH``, below every interactive class.
+    """
+
+    PRIORITY = "priority"
+    DEFAULT = "default"
+    FLEX = "flex"
+    BATCH = "batch"
 
 
 @dataclass(slots=True)
@@ -16,12 +31,11 @@ class GenerationRequest:
     response_id: str
     model: str
     prompt_token_ids: list[int]
-    # The engine's SamplingParams fields, as plain JSON values (the worker
-    # builds gpuworkers.engine.SamplingParams from them).
-    sampling: dict[str, Any]
+    sampling: Sampling
     priority: int = 0
     tier: str = "free"
     tenant_id: int | None = None
+    service_class: ServiceClass = ServiceClass.DEFAULT
     # Per-tenant prefix-cache salt: tenants never share cached KV blocks.
     cache_salt: str | None = None
     created_at: float = field(default_factory=time.time)
@@ -34,19 +48,3 @@ class GenerationRequest:
     # echoes it in the response's usage entry (wire.usage). None: not billed
     # (shadow copies), so no entry is written.
     usage_tag: UsageTag | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GenerationRequest:
-        # Tolerant both ways during a rolling deploy: fields an older web
-        # tier does not send take their defaults, fields a newer one adds
-        # are ignored.
-        known = {k: v for k, v in data.items() if k in _FIELDS}
-        if isinstance(known.get("usage_tag"), dict):
-            known["usage_tag"] = UsageTag.from_dict(known["usage_tag"])
-        return cls(**known)
-
-
-_FIELDS = frozenset(f.name for f in fields(GenerationRequest))

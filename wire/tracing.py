@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -152,6 +155,36 @@ def context_from_traceparent(traceparent: str | None) -> Context | None:
     if not traceparent:
         return None
     return _propagator.extract({"traceparent": traceparent})
+
+
+@dataclass(slots=True, frozen=True)
+class TraceContext:
+    """Where a request sits in the logs and traces: the ``x-request-id`` of
+    the call that asked for it and the W3C ``traceparent`` of its span."""
+
+    request_id: str | None = None
+    traceparent: str | None = None
+
+    @classmethod
+    def current(cls) -> TraceContext:
+        """The calling code's: its bound request id and current span."""
+        return cls(logs.context().get("request_id"), traceparent_current())
+
+    @contextmanager
+    def attached(self) -> Iterator[None]:
+        """Run a block as part of this trace when nothing is traced around it
+        (a request made in one place and served from another, such as a
+        batch line); inside a traced call, its own span stays the parent."""
+        parent = None
+        if not trace.get_current_span().get_span_context().is_valid:
+            parent = context_from_traceparent(self.traceparent)
+        token = otel_context.attach(parent) if parent is not None else None
+        try:
+            with logs.bound(**({"request_id": self.request_id} if self.request_id else {})):
+                yield
+        finally:
+            if token is not None:
+                otel_context.detach(token)
 
 
 def ns(seconds: float) -> int:

@@ -19,6 +19,7 @@ from billing.services.settlement import (
     SettleReport,
     claims_settle,
     usage_dead_letter_retry,
+    usage_entry_record,
     usage_settle_pending,
 )
 from billing.services.usage import usage_record_create
@@ -41,6 +42,7 @@ __all__ = [
     "spend_this_month",
     "tenants_to_invoice",
     "usage_dead_letter_retry",
+    "usage_entry_record",
     "usage_record_create",
     "usage_settle_pending",
 ]

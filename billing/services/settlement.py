@@ -22,7 +22,7 @@ batch stops there and the rest stay pending for the next run.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from django.contrib.auth import get_user_model
@@ -101,6 +101,19 @@ def claims_settle(
             tokens=0 if refund else billed,
             quota_tokens=billed if status in BILLABLE_STATUSES else 0,
         )
+
+
+def usage_entry_record(*, entry: UsageEntry) -> bool:
+    """Write the response's one UsageRecord from its usage entry (idempotent);
+    True when this call wrote it.
+
+    The settler calls it for each entry of the usage stream; the request
+    path calls it at the response's end (the fast path), and when the
+    database is down appends the entry to the stream instead. Both take
+    the same entry to the same writer, so they converge on one row.
+    """
+    _, created = usage_record_create(entry=entry)
+    return created
 
 
 def usage_settle_pending(
@@ -201,31 +214,15 @@ def _settle_entry(
         _set_aside(delivery, entry.response_id, reason, f"no tenant {entry.tenant_id}", report)
         return
     tag = entry.tag
+    # A key or user deleted since (the foreign keys' SET_NULL).
+    named = replace(
+        tag,
+        api_key_id=tag.api_key_id if tag.api_key_id in known.keys else None,
+        user_id=tag.user_id if tag.user_id in known.users else None,
+    )
     try:
         with transaction.atomic():
-            _, created = usage_record_create(
-                response_id=entry.response_id,
-                tenant_id=entry.tenant_id,
-                # A key or user deleted since (the foreign keys' SET_NULL).
-                api_key_id=tag.api_key_id if tag.api_key_id in known.keys else None,
-                user_id=tag.user_id if tag.user_id in known.users else None,
-                model=entry.model,
-                source=tag.source,
-                status=entry.status,
-                finish_reason=entry.finish_reason,
-                prompt_tokens=entry.prompt_tokens,
-                cached_tokens=entry.cached_tokens,
-                completion_tokens=entry.completion_tokens,
-                queue_time_ms=entry.queue_time_ms,
-                ttft_ms=entry.ttft_ms,
-                duration_ms=entry.duration_ms,
-                worker_id=entry.worker_id,
-                model_version=entry.model_version,
-                regenerated=tag.regenerated,
-                tier_id=tag.tier_id,
-                price_id=tag.price_id,
-                created_at=datetime.fromtimestamp(entry.created_at, UTC),
-            )
+            created = usage_entry_record(entry=replace(entry, tag=named))
     except _POISON as exc:
         reason = UsageDeadLetter.Reason.INVALID
         _set_aside(delivery, entry.response_id, reason, _describe(exc), report)

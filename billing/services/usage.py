@@ -1,48 +1,29 @@
-"""Writes for usage records."""
+"""The one writer of usage records: from a response's usage entry."""
 
 from datetime import UTC, datetime
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from billing.models import UsageRecord
 from billing.selectors.pricing import price_in_force
 from tenants.models import Tenant
+from wire.usage import UsageEntry
 
 # The foreign keys are enforced by the database; validating them in Python
 # would cost three extra queries on every response.
 _NOT_VALIDATED = ["tenant", "api_key", "user", "tier", "price"]
 
 
-def usage_record_create(
-    *,
-    response_id: str,
-    tenant_id: int,
-    api_key_id: int | None = None,
-    user_id: int | None = None,
-    model: str,
-    source: str,
-    status: str,
-    finish_reason: str,
-    prompt_tokens: int,
-    cached_tokens: int,
-    completion_tokens: int,
-    queue_time_ms: int,
-    ttft_ms: int | None,
-    duration_ms: int,
-    worker_id: str = "",
-    model_version: str = "",
-    regenerated: bool = False,
-    tier_id: int | None = None,
-    price_id: int | None = None,
-    created_at: datetime | None = None,
-) -> tuple[UsageRecord, bool]:
+def usage_record_create(*, entry: UsageEntry) -> tuple[UsageRecord, bool]:
     """Record a response's usage exactly once; returns ``(record, created)``.
 
-    ``tier_id`` and ``price_id`` are what the response is billed at: the
-    tier it was admitted on and the price in force then (the request path
-    passes those its budget hold priced). Without them, the tenant's tier
-    now and that tier's price in force today (None when there is none).
+    ``entry`` is the response's usage as ``wire.usage`` carries it (the
+    worker's, or the relay's at the terminal event): every field of the
+    record comes from it, here and nowhere else. Its tag's ``tier_id`` and
+    ``price_id`` are what the response is billed at: the tier it was
+    admitted on and the price its budget hold was priced at. Without them,
+    the tenant's tier now and that tier's price in force on the record's
+    day (None when there is none).
 
     A second call with the same ``response_id`` (a replay, or a concurrent
     writer in another process) returns the existing row with created=False
@@ -53,35 +34,36 @@ def usage_record_create(
     settles the response's budget hold to its cost (``budget_settle``), and
     ``budget_check`` catches the counter up with records written otherwise.
     """
-    existing = UsageRecord.objects.filter(response_id=response_id).first()
+    existing = UsageRecord.objects.filter(response_id=entry.response_id).first()
     if existing is not None:
         return existing, False
+    tag = entry.tag
+    tier_id = tag.tier_id
     if tier_id is None:
-        tier_id = Tenant.objects.values_list("tier_id", flat=True).get(pk=tenant_id)
-    if created_at is None:
-        created_at = timezone.now()
+        tier_id = Tenant.objects.values_list("tier_id", flat=True).get(pk=entry.tenant_id)
+    created_at = datetime.fromtimestamp(entry.created_at, UTC)
+    price_id = tag.price_id
     if price_id is None:
-        day = created_at.astimezone(UTC).date()
-        price = price_in_force(tier_id=tier_id, model=model, day=day)
+        price = price_in_force(tier_id=tier_id, model=entry.model, day=created_at.date())
         price_id = price.pk if price is not None else None
     record = UsageRecord(
-        response_id=response_id,
-        tenant_id=tenant_id,
-        api_key_id=api_key_id,
-        user_id=user_id,
-        model=model,
-        source=source,
-        status=status,
-        finish_reason=finish_reason or "",
-        prompt_tokens=prompt_tokens,
-        cached_tokens=cached_tokens,
-        completion_tokens=completion_tokens,
-        queue_time_ms=queue_time_ms,
-        ttft_ms=ttft_ms,
-        duration_ms=duration_ms,
-        worker_id=worker_id or "",
-        model_version=model_version or "",
-        regenerated=regenerated,
+        response_id=entry.response_id,
+        tenant_id=entry.tenant_id,
+        api_key_id=tag.api_key_id,
+        user_id=tag.user_id,
+        model=entry.model,
+        source=tag.source,
+        status=entry.status,
+        finish_reason=entry.finish_reason or "",
+        prompt_tokens=entry.prompt_tokens,
+        cached_tokens=entry.cached_tokens,
+        completion_tokens=entry.completion_tokens,
+        queue_time_ms=entry.queue_time_ms,
+        ttft_ms=entry.ttft_ms,
+        duration_ms=entry.duration_ms,
+        worker_id=entry.worker_id or "",
+        model_version=entry.model_version or "",
+        regenerated=tag.regenerated,
         tier_id=tier_id,
         price_id=price_id,
         created_at=created_at,
@@ -96,7 +78,7 @@ def usage_record_create(
     except IntegrityError:
         # Another writer inserted the same response_id after the lookup
         # above; the unique index made this insert wait for its commit.
-        existing = UsageRecord.objects.filter(response_id=response_id).first()
+        existing = UsageRecord.objects.filter(response_id=entry.response_id).first()
         if existing is None:
             raise
         return existing, False

@@ -1,9 +1,11 @@
 """Writes for the console: chat turns, replies and their lifecycle.
 
-A reply is a response on the bus like an API one, started through the
-shared ``inference.services.completion_start`` (tier model access, context
-caps, tenant-wide rate limits, budget stop), attributed to the user with
-source "console". Its assistant Message is written by a background task
+A reply is a response on the bus like an API one: the console builds its
+``InferenceRequest`` (the conversation's turns, default sampling, a reply
+length capped by CONSOLE_MAX_OUTPUT_TOKENS) and starts it through the shared
+``inference.services.generation_start`` (tier model access, context caps,
+tenant-wide rate limits, budget stop), attributed to the user with source
+"console". Its assistant Message is written by a background task
 that follows the response to its end, so a reply is saved whole even when
 the browser left in the middle; sockets only read the bus stream.
 """
@@ -28,15 +30,17 @@ from billing.models import UsageRecord
 from console import selectors
 from console.models import Conversation, Message
 from console.protocol import client_frame
-from inference.dispatch import cancel_request, stream_events
 from inference.errors import InvalidRequest, NotFound, ServiceUnavailable
 from inference.moderation import policy_get, reply_guard
-from inference.relay import ResponseTap, spawn
-from inference.schemas import ChatCompletionRequest
-from inference.services import completion_start
+from inference.relay.dispatch import cancel_request, stream_events
+from inference.relay.tap import ResponseTap, spawn
+from inference.request import ChatPrompt, ChatTurn, InferenceRequest, new_response_id
+from inference.services import generation_start
 from tenants.models import Tenant
 from wire.bus import BusUnavailable, get_bus
-from wire.events import TERMINAL_EVENTS, EventType
+from wire.events import Delta, Terminal
+from wire.sampling import Sampling
+from wire.tracing import TraceContext
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +57,23 @@ class Reply:
     worker_id: str
 
 
-def _completion_request(model: str, turns: list[dict[str, str]]) -> ChatCompletionRequest:
-    # The tier's caps decide the length; the console exposes no sampling knobs.
-    return ChatCompletionRequest.model_validate({"model": model, "messages": turns, "stream": True})
+def console_request(
+    *, tenant: Tenant, model: str, turns: list[ChatTurn], regenerated: bool = False
+) -> InferenceRequest:
+    """A reply's internal request: the tier's caps and CONSOLE_MAX_OUTPUT_TOKENS
+    decide its length; the console exposes no sampling knobs."""
+    return InferenceRequest(
+        model=model,
+        prompt=ChatPrompt(tuple(turns)),
+        sampling=Sampling(),
+        tenant_id=tenant.pk,
+        tier=tenant.tier.name,
+        response_id=new_response_id("chatcmpl"),
+        trace=TraceContext.current(),
+        default_max_tokens=settings.CONSOLE_MAX_OUTPUT_TOKENS,
+        source=UsageRecord.Source.CONSOLE,
+        regenerated=regenerated,
+    )
 
 
 def _title(content: str) -> str:
@@ -113,18 +131,13 @@ async def chat_send(
     leaves no trace of the refused attempt. Raises the inference APIErrors.
     """
     conversation = None
-    turns: list[dict[str, str]] = []
+    turns: list[ChatTurn] = []
     if conversation_id is not None:
         conversation = await _conversation(user, tenant, conversation_id)
         turns = await sync_to_async(selectors.conversation_turns)(conversation=conversation)
-    turns.append({"role": Message.Role.USER, "content": content})
-    tap = await completion_start(
-        tenant=tenant,
-        request=_completion_request(model, turns),
-        user=user,
-        source=UsageRecord.Source.CONSOLE,
-        default_max_tokens=settings.CONSOLE_MAX_OUTPUT_TOKENS,
-    )
+    turns.append(ChatTurn(Message.Role.USER, content))
+    request = console_request(tenant=tenant, model=model, turns=turns)
+    tap = await generation_start(request=request, tenant=tenant, user=user)
     try:
         reply = await sync_to_async(_turn_save)(
             user=user,
@@ -164,18 +177,14 @@ async def chat_regenerate(*, user: AbstractBaseUser, tenant: Tenant, conversatio
     """
     conversation = await _conversation(user, tenant, conversation_id)
     turns = await sync_to_async(selectors.conversation_turns)(conversation=conversation)
-    while turns and turns[-1]["role"] != Message.Role.USER:
+    while turns and turns[-1].role != Message.Role.USER:
         turns.pop()
     if not turns:
         raise InvalidRequest("This conversation has no message to answer again.")
-    tap = await completion_start(
-        tenant=tenant,
-        request=_completion_request(conversation.model, turns),
-        user=user,
-        source=UsageRecord.Source.CONSOLE,
-        regenerated=True,
-        default_max_tokens=settings.CONSOLE_MAX_OUTPUT_TOKENS,
+    request = console_request(
+        tenant=tenant, model=conversation.model, turns=turns, regenerated=True
     )
+    tap = await generation_start(request=request, tenant=tenant, user=user)
     try:
         reply = await sync_to_async(_regenerated_save)(conversation=conversation, tap=tap)
     except BaseException:
@@ -200,9 +209,9 @@ async def _reply_follow(tap: ResponseTap, message_id: int) -> None:
     parts: list[str] = []
     while True:
         event = await tap.next_event()
-        if event["type"] == EventType.DELTA:
-            parts.extend(c.get("text") or "" for c in event["choices"] if c.get("index", 0) == 0)
-        elif event["type"] in TERMINAL_EVENTS:
+        if isinstance(event, Delta):
+            parts.extend(c.text for c in event.choices if c.index == 0)
+        elif isinstance(event, Terminal):
             break
     try:
         await sync_to_async(reply_finish)(
@@ -212,19 +221,18 @@ async def _reply_follow(tap: ResponseTap, message_id: int) -> None:
         logger.exception("Saving the reply of %s failed", tap.route.response_id)
 
 
-def reply_finish(*, message_id: int, content: str, terminal: dict[str, Any]) -> None:
+def reply_finish(*, message_id: int, content: str, terminal: Terminal) -> None:
     """Store a reply's text and ending (idempotent: a finished reply is kept)."""
-    usage = terminal.get("usage") or {}
-    error = terminal.get("error") or {}
+    usage = terminal.usage
     updates = {
         "content": content,
-        "status": str(terminal["type"]),
-        "finish_reason": (terminal.get("finish_reasons") or {}).get("0") or "",
-        "completion_tokens": int(usage.get("completion_tokens") or 0),
-        "error": error.get("message") or "",
+        "status": terminal.type.value,
+        "finish_reason": terminal.finish_reason or "",
+        "completion_tokens": usage.completion_tokens,
+        "error": terminal.error.message if terminal.error else "",
     }
-    if usage.get("prompt_tokens"):
-        updates["prompt_tokens"] = int(usage["prompt_tokens"])
+    if usage.prompt_tokens:
+        updates["prompt_tokens"] = usage.prompt_tokens
     with transaction.atomic():
         written = Message.objects.filter(pk=message_id, status=Message.Status.IN_PROGRESS).update(
             **updates
@@ -308,7 +316,7 @@ async def reply_frames(
     events = stream_events(reply.response_id, worker_id=reply.worker_id, after_seq=start)
     async for event in guard(events) if guard is not None else events:
         frame = client_frame(event, reply.response_id)
-        if frame is not None and event["seq"] > after_seq:
+        if frame is not None and event.seq > after_seq:
             yield frame
 
 

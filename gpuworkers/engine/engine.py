@@ -37,7 +37,7 @@ from gpuworkers.engine.scheduling import Scheduler
 from gpuworkers.engine.scheduling.batch import CacheOps
 from gpuworkers.engine.sequence import Request, Sequence, SequenceStatus, ServiceClass
 from gpuworkers.engine.structured import GrammarCompiler
-from gpuworkers.engine.tokenizer import eos_token_ids, load_tokenizer
+from tokenization.tokenizer import eos_token_ids, load_tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -1,32 +1,21 @@
 """Per-request sampling settings, validated once on construction.
 
 The semantics follow vLLM's ``SamplingParams``; the order in which the
-sampler applies them is in ``gpuworkers/engine/sampling/sampler.py``.
+sampler applies them is in ``gpuworkers/engine/sampling/sampler.py``. The
+limits and checks are ``sampling_rules``' (the web tier applies the same
+ones before a request is enqueued); ``InvalidSamplingParams`` is theirs too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-MAX_TOP_LOGPROBS = 20
-MAX_STOP_STRINGS = 4
-MAX_N = 8
-# Most entries in ``logit_bias`` (OpenAI's documented cap), and the most
-# ``bad_words`` (each costs a tokenization per request and a suffix match
-# per step).
-MAX_LOGIT_BIAS = 300
-MAX_BAD_WORDS = 64
-MAX_BAD_WORD_CHARS = 256
+from sampling_rules import InvalidSamplingParams, sampling_check, vocab_check
+
+__all__ = ["GREEDY_BELOW", "InvalidSamplingParams", "SamplingParams"]
+
 # Temperatures under this sample greedily (vLLM's _SAMPLING_EPS).
 GREEDY_BELOW = 1e-5
-
-
-class InvalidSamplingParams(ValueError):
-    """A sampling setting out of range; ``param`` names the offending field."""
-
-    def __init__(self, param: str, message: str):
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass(slots=True)
@@ -80,7 +69,7 @@ class SamplingParams:
     # Grammar-constrained output, plain JSON as the wire carries it:
     # {"type": "json_object"} | {"type": "json_schema", "schema": {...},
     # "strict": bool} | {"type": "regex", "pattern": ...} | {"type":
-    # "grammar", "grammar": <Lark>} (engine/structured/spec.py).
+    # "grammar", "grammar": <Lark>} (sampling_rules/structured.py).
     structured_output: dict | None = None
 
     def __post_init__(self) -> None:
@@ -93,84 +82,12 @@ class SamplingParams:
         self.logit_bias = {_token_id(k): _bias(v) for k, v in (self.logit_bias or {}).items()}
         if self.top_k == -1:
             self.top_k = 0  # vLLM and OpenAI clients spell "off" as -1
-        self._check_ranges()
-        self._check_lists()
-        if self.structured_output is not None:
-            # Imported here: structured.spec raises InvalidSamplingParams.
-            from gpuworkers.engine.structured.spec import normalize
-
-            self.structured_output = normalize(self.structured_output)
-        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
-            raise InvalidSamplingParams(
-                "top_logprobs", f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}"
-            )
-        if self.top_logprobs and not self.logprobs:
-            raise InvalidSamplingParams("top_logprobs", "top_logprobs requires logprobs=true")
-        if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= MAX_TOP_LOGPROBS:
-            raise InvalidSamplingParams(
-                "prompt_logprobs", f"prompt_logprobs must be between 0 and {MAX_TOP_LOGPROBS}"
-            )
-
-    def _check_ranges(self) -> None:
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise InvalidSamplingParams("max_tokens", "max_tokens must be an integer >= 1")
-        if not 0.0 <= self.temperature <= 2.0:
-            raise InvalidSamplingParams("temperature", "temperature must be between 0 and 2")
-        if not 0.0 < self.top_p <= 1.0:
-            raise InvalidSamplingParams("top_p", "top_p must be in (0, 1]")
-        if self.top_k < 0:
-            raise InvalidSamplingParams("top_k", "top_k must be >= 0 (0 or -1 disables it)")
-        if not 0.0 <= self.min_p <= 1.0:
-            raise InvalidSamplingParams("min_p", "min_p must be between 0 and 1")
-        if not 1 <= self.n <= MAX_N:
-            raise InvalidSamplingParams("n", f"n must be between 1 and {MAX_N}")
-        if not isinstance(self.min_tokens, int) or not 0 <= self.min_tokens <= self.max_tokens:
-            raise InvalidSamplingParams(
-                "min_tokens", "min_tokens must be an integer between 0 and max_tokens"
-            )
-        for name in ("presence_penalty", "frequency_penalty"):
-            if not -2.0 <= getattr(self, name) <= 2.0:
-                raise InvalidSamplingParams(name, f"{name} must be between -2 and 2")
-        if not self.repetition_penalty > 0.0:
-            raise InvalidSamplingParams("repetition_penalty", "repetition_penalty must be > 0")
-
-    def _check_lists(self) -> None:
-        if len(self.stop) > MAX_STOP_STRINGS:
-            raise InvalidSamplingParams("stop", f"at most {MAX_STOP_STRINGS} stop sequences")
-        if any(not s for s in self.stop):
-            raise InvalidSamplingParams("stop", "stop sequences must be non-empty strings")
-        if any(not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
-            raise InvalidSamplingParams("stop_token_ids", "stop_token_ids must be token ids >= 0")
-        if len(self.logit_bias) > MAX_LOGIT_BIAS:
-            raise InvalidSamplingParams(
-                "logit_bias", f"at most {MAX_LOGIT_BIAS} logit_bias entries"
-            )
-        if any(t < 0 for t in self.logit_bias):
-            raise InvalidSamplingParams("logit_bias", "logit_bias keys must be token ids >= 0")
-        if any(not -100.0 <= b <= 100.0 for b in self.logit_bias.values()):
-            raise InvalidSamplingParams(
-                "logit_bias", "logit_bias values must be between -100 and 100"
-            )
-        if len(self.bad_words) > MAX_BAD_WORDS:
-            raise InvalidSamplingParams("bad_words", f"at most {MAX_BAD_WORDS} bad_words")
-        if any(not isinstance(w, str) or not w.strip() for w in self.bad_words):
-            raise InvalidSamplingParams("bad_words", "bad_words must be non-empty strings")
-        if any(len(w) > MAX_BAD_WORD_CHARS for w in self.bad_words):
-            raise InvalidSamplingParams(
-                "bad_words", f"bad_words may be at most {MAX_BAD_WORD_CHARS} characters"
-            )
+        self.structured_output = sampling_check(self)
 
     def check_vocab(self, vocab_size: int) -> None:
         """Token ids in the request must exist in the model (the engine
-        calls this; the web tier cannot know every model's vocabulary)."""
-        for name, ids in (("logit_bias", self.logit_bias), ("stop_token_ids", self.stop_token_ids)):
-            outside = sorted(t for t in ids if t >= vocab_size)
-            if outside:
-                raise InvalidSamplingParams(
-                    name,
-                    f"{name} has token id {outside[0]}, outside the model's vocabulary "
-                    f"(ids 0..{vocab_size - 1})",
-                )
+        calls this; the web tier checks them too, against its tokenizer)."""
+        vocab_check(self, vocab_size)
 
     @property
     def greedy(self) -> bool:

@@ -33,10 +33,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 import regex
 
+from inference.tool_calls.records import ToolCall, ToolCallDelta
 from inference.tool_calls.setup import ARGUMENTS, LIST, TAGGED, ToolParsing
 
 OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"
@@ -68,7 +68,7 @@ class Extracted:
     """What one feed produced: content text and tool-call deltas."""
 
     content: str = ""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
 
 
 def _held_prefix(text: str, tag: str) -> int:
@@ -256,8 +256,7 @@ class ToolCallExtractor:
         # parallel_tool_calls=false: later calls are read, and dropped.
         self._emitting = self._parsing.parallel or self._calls == 0
         if self._emitting:
-            delta = {"index": self._calls, "id": self._call_id(self._calls), "type": "function"}
-            delta["function"] = {"name": name, "arguments": ""}
+            delta = ToolCallDelta(self._calls, id=self._call_id(self._calls), name=name)
             self._out.tool_calls.append(delta)
             self._calls += 1
         self._depth, self._in_string, self._escaped = 0, False, False
@@ -308,10 +307,10 @@ class ToolCallExtractor:
 
     def _fragment(self, text: str) -> None:
         calls, index = self._out.tool_calls, self._calls - 1
-        if calls and calls[-1]["index"] == index:
-            calls[-1]["function"]["arguments"] += text
+        if calls and calls[-1].index == index:
+            calls[-1].arguments += text
         else:
-            calls.append({"index": index, "function": {"arguments": text}})
+            calls.append(ToolCallDelta(index, text))
 
     def _after_call_object(self, *, list_closed: bool) -> None:
         if self._in_list and not list_closed:
@@ -363,25 +362,22 @@ class ToolCallExtractor:
             self._ws += text
 
 
-def merge_tool_calls(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def merge_tool_calls(deltas: list[ToolCallDelta]) -> list[ToolCall]:
     """Whole ``message.tool_calls`` from a choice's deltas, in index order."""
-    calls: dict[int, dict[str, Any]] = {}
+    firsts: dict[int, ToolCallDelta] = {}
+    arguments: dict[int, list[str]] = {}
     for delta in deltas:
-        call = calls.get(delta["index"])
-        if call is None:
-            calls[delta["index"]] = {
-                "id": delta["id"],
-                "type": "function",
-                "function": dict(delta["function"]),
-            }
-        else:
-            call["function"]["arguments"] += delta["function"]["arguments"]
-    return [calls[i] for i in sorted(calls)]
+        firsts.setdefault(delta.index, delta)
+        arguments.setdefault(delta.index, []).append(delta.arguments)
+    return [
+        ToolCall(firsts[i].id or "", firsts[i].name or "", "".join(arguments[i]))
+        for i in sorted(firsts)
+    ]
 
 
 def parse_tool_calls(
     text: str, parsing: ToolParsing, call_id: Callable[[int], str]
-) -> tuple[str | None, list[dict[str, Any]]]:
+) -> tuple[str | None, list[ToolCall]]:
     """(content, tool_calls) of a whole text; content None when only calls."""
     extractor = ToolCallExtractor(parsing, call_id)
     first, last = extractor.feed(text), extractor.finish()

@@ -12,12 +12,14 @@ below; usage and billing read the engine's events untouched.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import Any
 
-from inference.openai_format import ChunkStream, CompletionBuilder
+from inference.api.openai_format import ChunkStream, CompletionBuilder
 from inference.tool_calls.extractor import ToolCallExtractor, merge_tool_calls
+from inference.tool_calls.records import ToolCallDelta, ToolChoiceDelta
 from inference.tool_calls.setup import ToolParsing
-from wire.events import EventType
+from wire.events import ChoiceDelta, Delta, Event, EventType, Terminal
 
 
 def call_id(response_id: str, choice: int, call: int) -> str:
@@ -50,12 +52,14 @@ class ToolCallEvents:
             return "tool_calls"
         return reason
 
-    def events(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+    def events(self, event: Event) -> list[Event]:
         """The rewritten event, preceded at a normal ending by held-back text."""
-        kind = event["type"]
-        if kind == EventType.DELTA:
-            return [{**event, "choices": [self._choice(c) for c in event["choices"]]}]
-        if kind not in (EventType.COMPLETED, EventType.INCOMPLETE):
+        if isinstance(event, Delta):
+            return [replace(event, choices=tuple(self._choice(c) for c in event.choices))]
+        if not isinstance(event, Terminal) or event.type not in (
+            EventType.COMPLETED,
+            EventType.INCOMPLETE,
+        ):
             return [event]
         choices = []
         for index in range(self.n):
@@ -63,43 +67,47 @@ class ToolCallEvents:
                 continue
             out = self._extractor(index).finish()
             if out.content or out.tool_calls:
-                choice = {"index": index, "text": out.content, "token_ids": []}
-                choices.append({**choice, "tool_calls": out.tool_calls})
-        reasons = dict(event.get("finish_reasons") or {})
+                choices.append(
+                    ToolChoiceDelta(index, out.content, tool_calls=tuple(out.tool_calls))
+                )
+        reasons = dict(event.finish_reasons)
         for index in range(self.n):
-            if index not in self._finished and str(index) in reasons:
-                reasons[str(index)] = self._reason(index, reasons[str(index)])
-        terminal = {**event, "finish_reasons": reasons}
+            if index not in self._finished and index in reasons:
+                reasons[index] = self._reason(index, reasons[index])
+        terminal = replace(event, finish_reasons=reasons)
         if not choices:
             return [terminal]
-        return [{"type": EventType.DELTA.value, "seq": event["seq"], "choices": choices}, terminal]
+        return [Delta(event.seq, tuple(choices)), terminal]
 
-    def _choice(self, choice: dict[str, Any]) -> dict[str, Any]:
-        index = choice["index"]
+    def _choice(self, choice: ChoiceDelta) -> ToolChoiceDelta:
+        index = choice.index
         extractor = self._extractor(index)
-        out = extractor.feed(choice.get("text") or "")
-        reason = choice.get("finish_reason")
+        out = extractor.feed(choice.text)
+        calls = out.tool_calls
+        reason = choice.finish_reason
         if reason:
             last = extractor.finish()
             out.content += last.content
-            out.tool_calls = merge_deltas(out.tool_calls + last.tool_calls)
+            calls = merge_deltas(calls + last.tool_calls)
             self._finished.add(index)
-        return {
-            **choice,
-            "text": out.content,
-            "tool_calls": out.tool_calls,
-            "finish_reason": self._reason(index, reason),
-        }
+        return ToolChoiceDelta(
+            index,
+            out.content,
+            choice.token_ids,
+            choice.logprobs,
+            self._reason(index, reason),
+            tool_calls=tuple(calls),
+        )
 
 
-def merge_deltas(deltas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def merge_deltas(deltas: list[ToolCallDelta]) -> list[ToolCallDelta]:
     """Consecutive deltas of one call as one (fewer, larger fragments)."""
-    merged: list[dict[str, Any]] = []
+    merged: list[ToolCallDelta] = []
     for delta in deltas:
-        if merged and merged[-1]["index"] == delta["index"]:
-            merged[-1]["function"]["arguments"] += delta["function"]["arguments"]
+        if merged and merged[-1].index == delta.index:
+            merged[-1].arguments += delta.arguments
         else:
-            merged.append({**delta, "function": dict(delta["function"])})
+            merged.append(replace(delta))
     return merged
 
 
@@ -112,7 +120,7 @@ class ToolChunkStream:
         self.chunks = chunks
         self.rewriter = rewriter
 
-    def payloads(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+    def payloads(self, event: Event) -> list[dict[str, Any]]:
         out = []
         for rewritten in self.rewriter.events(event):
             out.extend(self.chunks.payloads(rewritten))
@@ -127,34 +135,35 @@ class ToolCompletionBuilder:
     def __init__(self, builder: CompletionBuilder, rewriter: ToolCallEvents):
         self.builder = builder
         self.rewriter = rewriter
-        self._deltas: dict[int, list[dict[str, Any]]] = {}
-        self._terminal: dict[str, Any] | None = None
+        self._deltas: dict[int, list[ToolCallDelta]] = {}
+        self._terminal: Terminal | None = None
 
-    def add(self, event: dict[str, Any]) -> None:
+    def add(self, event: Event) -> None:
         for rewritten in self.rewriter.events(event):
             self.builder.add(rewritten)
-            if rewritten["type"] == EventType.DELTA:
-                for c in rewritten["choices"]:
-                    self._deltas.setdefault(c["index"], []).extend(c.get("tool_calls") or ())
-            else:
+            if isinstance(rewritten, Delta):
+                for c in rewritten.choices:
+                    if isinstance(c, ToolChoiceDelta):
+                        self._deltas.setdefault(c.index, []).extend(c.tool_calls)
+            elif isinstance(rewritten, Terminal):
                 self._terminal = rewritten
 
-    def result(self, terminal: dict[str, Any]) -> dict[str, Any]:
+    def result(self, terminal: Terminal) -> dict[str, Any]:
         result = self.builder.result(self._terminal or terminal)
         for choice in result["choices"]:
             calls = merge_tool_calls(self._deltas.get(choice["index"], []))
             if calls:
                 message = choice["message"]
-                message["tool_calls"] = calls
+                message["tool_calls"] = [call.payload() for call in calls]
                 message["content"] = message["content"] or None
         return result
 
 
 def with_tool_calls(formatter, route) -> Any:
     """``formatter`` reading ``route``'s tool calls, when its request had tools."""
-    if not route.tool_parsing:
+    if route.tool_parsing is None:
         return formatter
-    rewriter = ToolCallEvents(ToolParsing.from_dict(route.tool_parsing), route.response_id, route.n)
+    rewriter = ToolCallEvents(route.tool_parsing, route.response_id, route.n)
     if isinstance(formatter, ChunkStream):
         return ToolChunkStream(formatter, rewriter)
     return ToolCompletionBuilder(formatter, rewriter)

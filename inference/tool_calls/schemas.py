@@ -1,6 +1,6 @@
 """Request schemas of tool calling: tool definitions, tool_choice, tool calls.
 
-Standalone (no import of ``inference.schemas``, which imports these):
+Standalone (no import of ``inference.api.schemas``, which imports these):
 OpenAI's shapes, validated strictly like the rest of the request. What a
 single field cannot judge (a parameters schema, a tool_choice naming a
 tool that is not there) is checked in ``inference.tool_calls.setup``.

@@ -22,7 +22,6 @@ fixed and its parameters schema, named the parameters schema itself.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,20 +44,13 @@ class ToolParsing:
     # ARGUMENTS mode: the function tool_choice named.
     name: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "names": list(self.names)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ToolParsing:
-        return cls(**{**data, "names": tuple(data["names"])})
-
 
 @dataclass(slots=True)
 class ToolSetup:
     # OpenAI-shaped tools for the chat template; None: none rendered.
     template_tools: list[dict[str, Any]] | None
     parsing: ToolParsing | None
-    # The sampling dict's "structured_output"; None: unconstrained.
+    # The sampling's structured_output (a JSON document); None: unconstrained.
     structured_output: dict[str, Any] | None
 
 

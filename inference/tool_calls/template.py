@@ -10,12 +10,14 @@ template exactly as before.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gpuworkers.engine.tokenizer import apply_chat_template
 from inference.errors import InvalidRequest
+from inference.request import ChatTurn
+from tokenization import apply_chat_template
 
 # OpenAI's newer name for "system"; templates know only the older one.
 _TEMPLATE_ROLES = {"developer": "system"}
@@ -26,25 +28,26 @@ def chatml_tools_template() -> str:
     return (Path(__file__).with_name("chatml_tools.jinja")).read_text()
 
 
-def template_messages(messages: list) -> list[dict[str, Any]]:
-    """The API's messages as the dicts chat templates take (Hugging Face's shape)."""
+def template_messages(turns: Sequence[ChatTurn]) -> list[dict[str, Any]]:
+    """Chat turns as the dicts chat templates take (Hugging Face's shape: the
+    JSON a template reads)."""
     out = []
-    for message in messages:
+    for turn in turns:
         item: dict[str, Any] = {
-            "role": _TEMPLATE_ROLES.get(message.role, message.role),
-            "content": message.text,
+            "role": _TEMPLATE_ROLES.get(turn.role, turn.role),
+            "content": turn.text,
         }
-        if message.tool_calls:
+        if turn.tool_calls:
             item["tool_calls"] = [
                 {
                     "id": call.id,
                     "type": "function",
-                    "function": {"name": call.function.name, "arguments": call.function.arguments},
+                    "function": {"name": call.name, "arguments": call.arguments},
                 }
-                for call in message.tool_calls
+                for call in turn.tool_calls
             ]
-        if message.tool_call_id is not None:
-            item["tool_call_id"] = message.tool_call_id
+        if turn.tool_call_id is not None:
+            item["tool_call_id"] = turn.tool_call_id
         out.append(item)
     return out
 

@@ -42,7 +42,7 @@ def test_shipped_chat_prompts_name_their_sources():
 @pytest.fixture(scope="module")
 def tokenizer():
     from gpuworkers.engine.convert_gguf import ensure_demo_model
-    from gpuworkers.engine.tokenizer import load_tokenizer
+    from tokenization.tokenizer import load_tokenizer
 
     return load_tokenizer(str(ensure_demo_model()))
 

@@ -19,11 +19,6 @@ import pytest
 from billing.models import Price, UsageRecord
 from billing.selectors.pricing import price_in_force
 from tenants.models import Tenant, Tier
-
-# Shared fixtures: the demo engine served by a WorkerLoop (GPU accounting
-# over a recorded run) and the scripted-worker request path (budget stop).
-from tests.gpuworkers.conftest import engine, prompt_ids, serve  # noqa: F401, E402
-from tests.inference.conftest import close_db_threads, demo_model, memory_bus  # noqa: F401, E402
 from tests.redis_helpers import celery_test_url, redis_up
 
 MODEL = "billing-test-model"

@@ -6,7 +6,8 @@ import pytest
 from django.urls import reverse
 
 from billing.models import Price
-from billing.services import invoice_issue, usage_record_create
+from billing.services import invoice_issue
+from tests.usage_records import record_usage
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.tenants.admin_urls")]
 
@@ -14,7 +15,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.tenants.admin_urls"
 def test_usage_records_are_listed_but_not_editable(admin_client, tenant_factory):
     """Staff can list and filter usage; add and change are forbidden."""
     tenant = tenant_factory()
-    record, _ = usage_record_create(
+    record, _ = record_usage(
         response_id="chatcmpl-admin",
         tenant_id=tenant.pk,
         model="m",

@@ -22,14 +22,13 @@ from billing.services import (
     budget_reserve,
     budget_settle,
     spend_this_month,
-    usage_record_create,
 )
 from billing.services.budgets import BudgetExhausted, _reserve_sync, account_name
-from inference import relay
+from inference.relay import tap as relay
 from tests.billing.conftest import MODEL
-from tests.inference.asgi_client import asgi_post, sdk_client, sse_events
-from tests.inference.conftest import DEMO, ScriptedWorker
-from wire.events import EventType, delta_event, terminal_event, usage_body
+from tests.plugins.asgi_client import asgi_post, sdk_client, sse_events
+from tests.plugins.request_path import DEMO
+from tests.usage_records import record_usage
 
 # Transactional: the request path's reads and the ledger's seeds must see
 # the records as committed.
@@ -37,7 +36,7 @@ from wire.events import EventType, delta_event, terminal_event, usage_body
 
 def settle(tenant, prompt: int, completion: int, *, model: str = MODEL, status="completed"):
     """A response recorded now, without a hold (as the usage settler writes one after the hold expired)."""
-    return usage_record_create(
+    return record_usage(
         response_id=f"chatcmpl-{uuid.uuid4().hex}",
         tenant_id=tenant.pk,
         model=model,
@@ -65,7 +64,7 @@ def respond(tenant, prompt: int, completion: int, *, status="completed", max_tok
             completion_tokens=completion if max_tokens is None else max_tokens,
         )
     )
-    record, _ = usage_record_create(
+    record, _ = record_usage(
         response_id=hold.hold_id,
         tenant_id=tenant.pk,
         model=MODEL,
@@ -238,44 +237,12 @@ def test_the_request_path_reads_two_rows_and_one_ledger_call(
     assert hold.account is not None and hold.amount == 110_000  # nano-units
 
 
-class GatedWorker(ScriptedWorker):
-    """Streams one delta, then holds every response until ``finish()``."""
-
-    def _answer(self, request) -> None:
-        rid, prompt = request.response_id, len(request.prompt_token_ids)
-        self.mode = "hold"
-        super()._answer(request)
-        self._prompts = {**getattr(self, "_prompts", {}), rid: prompt}
-
-    def finish(self) -> None:
-        for rid, (seq, prompt, completion) in list(self._held.items()):
-            self._held.pop(rid)
-            self.bus.publish(rid, delta_event(seq + 1, [self._choice()]))
-            usage = usage_body(prompt_tokens=prompt, completion_tokens=completion + 1)
-            self.bus.publish(
-                rid,
-                terminal_event(
-                    EventType.COMPLETED, seq + 2, usage=usage, finish_reasons={"0": "stop"}
-                ),
-            )
-
-    @staticmethod
-    def _choice() -> dict:
-        return {
-            "index": 0,
-            "text": "done",
-            "token_ids": [7],
-            "logprobs": None,
-            "finish_reason": "stop",
-        }
-
-
 @pytest.fixture
-def gated_worker(memory_bus):
+def gated_worker(fake_worker):
+    """Streams one delta, then holds every response until ``release()``."""
     ratelimit.reset_limiters()
-    worker = GatedWorker().start()
-    yield worker
-    worker.stop()
+    # No cached prompt tokens: the spend below is priced at the full prompt rate.
+    yield fake_worker(mode="hold", cached=0)
     ratelimit.reset_limiters()
 
 
@@ -307,7 +274,7 @@ async def test_the_api_stops_at_the_budget_and_running_requests_are_still_record
     assert "budget" in caught.value.body["message"]
     assert len(gated_worker.received) == 1
 
-    gated_worker.finish()
+    gated_worker.release()
     rest = await running.read_all()
     assert sse_events(rest)[-1][1] == "[DONE]"
     await relay.drain_background()

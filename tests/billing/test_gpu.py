@@ -12,12 +12,15 @@ from django.utils import timezone
 
 from billing.models import GpuUsageSample, UsageRecord
 from billing.selectors.reports import gpu_cost_report, gpu_cost_totals
-from billing.services import gpu_usage_sample, usage_record_create
-from inference.dispatch import cancel_request, dispatch_request, stream_events
-from tests.gpuworkers.buses import make_buses, uid
-from tests.gpuworkers.conftest import MODEL
+from billing.services import gpu_usage_sample
+from inference.relay.dispatch import cancel_request, dispatch_request, stream_events
 from tests.helpers import wait_until
+from tests.plugins.engine import MODEL
+from tests.usage_records import record_usage
+from tests.wire.bus.buses import make_buses, uid
+from wire.events import Terminal
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 from wire.workers import WorkerInfo, WorkerState
 
 pytestmark = pytest.mark.django_db
@@ -93,22 +96,23 @@ def test_report_progress_and_empty_days():
     assert seen == [(1, 3), (2, 3), (3, 3)]
 
 
-async def _run_requests(bus, prompts: list[list[int]]) -> tuple[list[dict], WorkerInfo]:
-    """Two completed responses and one cancelled after its first delta; their terminals."""
+async def _run_requests(bus, prompts: list[list[int]]) -> list[tuple[str, Terminal]]:
+    """Two completed responses and one cancelled after its first delta: each
+    response's id and its ending."""
     terminals = []
     for index, prompt in enumerate(prompts):
         request = GenerationRequest(
             response_id=uid("resp"),
             model=MODEL,
             prompt_token_ids=prompt,
-            sampling={"max_tokens": 64 if index == 2 else 12, "temperature": 0.0},
+            sampling=Sampling(max_tokens=64 if index == 2 else 12, temperature=0.0),
         )
         worker = await dispatch_request(request, bus=bus)
         async for event in stream_events(request.response_id, worker_id=worker.worker_id, bus=bus):
-            if index == 2 and event["type"] == "delta":
+            if index == 2 and event.type == "delta":
                 await cancel_request(request.response_id, worker_id=worker.worker_id, bus=bus)
-            if event["type"] in ("completed", "cancelled", "failed", "incomplete"):
-                terminals.append({**event, "response_id": request.response_id})
+            if isinstance(event, Terminal):
+                terminals.append((request.response_id, event))
     return terminals
 
 
@@ -149,34 +153,29 @@ def test_cost_report_of_a_recorded_demo_model_run(serve, prompt_ids, tenant_fact
     elapsed = time.monotonic() - started
 
     tenant = tenant_factory()
-    for terminal in terminals:
-        usage = terminal["usage"]
-        usage_record_create(
-            response_id=terminal["response_id"],
+    for response_id, terminal in terminals:
+        usage = terminal.usage
+        record_usage(
+            response_id=response_id,
             tenant_id=tenant.pk,
             model=MODEL,
             source="api",
-            status=terminal["type"],
-            finish_reason="",
-            prompt_tokens=usage["prompt_tokens"],
-            cached_tokens=usage.get("cached_tokens", 0),
-            completion_tokens=usage["completion_tokens"],
-            queue_time_ms=0,
-            ttft_ms=None,
-            duration_ms=0,
+            status=terminal.type.value,
+            prompt_tokens=usage.prompt_tokens,
+            cached_tokens=usage.cached_tokens,
+            completion_tokens=usage.completion_tokens,
             worker_id=loop.worker_id,
         )
-    assert [t["type"] for t in terminals] == ["completed", "completed", "cancelled"]
+    terminals = [terminal for _, terminal in terminals]
+    assert [t.type for t in terminals] == ["completed", "completed", "cancelled"]
 
     (recorded,) = [w for w in last if w.worker_id == loop.worker_id]
     busy = Decimal(repr(recorded.extra["busy_seconds"]))
     idle = Decimal(repr(recorded.extra["idle_seconds"]))
     assert busy > 0 and idle > Decimal("0.5") and busy + idle <= Decimal(repr(elapsed))
-    useful = sum(
-        t["usage"]["prompt_tokens"] + t["usage"]["completion_tokens"] for t in terminals[:2]
-    )
-    lost = terminals[2]["usage"]["prompt_tokens"] + terminals[2]["usage"]["completion_tokens"]
-    assert terminals[2]["usage"]["completion_tokens"] >= 1
+    useful = sum(t.usage.prompt_tokens + t.usage.completion_tokens for t in terminals[:2])
+    lost = terminals[2].usage.prompt_tokens + terminals[2].usage.completion_tokens
+    assert terminals[2].usage.completion_tokens >= 1
 
     today = timezone.now().astimezone(UTC).date()
     (row,) = gpu_cost_report(start=today, end=today)

@@ -7,13 +7,13 @@ from django.utils import timezone
 
 from billing.models import UsageRecord
 from billing.selectors import usage_get, usage_list, usage_totals
-from billing.services import usage_record_create
+from tests.usage_records import record_usage
 
 pytestmark = pytest.mark.django_db
 
 
 def record(tenant, response_id, *, prompt=10, cached=0, completion=5, age=timedelta(0)):
-    usage, _ = usage_record_create(
+    usage, _ = record_usage(
         response_id=response_id,
         tenant_id=tenant.pk,
         model="m",

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection, connections
 
 from billing.models import UsageRecord
-from billing.services import usage_record_create
+from tests.usage_records import record_usage
 
 
 def usage_kwargs(tenant, **overrides) -> dict:
@@ -37,7 +37,7 @@ def test_creates_a_record_with_every_field(api_key_factory, user_factory):
     api_key, _ = api_key_factory()
     user = user_factory(tenant=api_key.tenant)
     kwargs = usage_kwargs(api_key.tenant, api_key_id=api_key.pk, user_id=user.pk)
-    record, created = usage_record_create(**kwargs)
+    record, created = record_usage(**kwargs)
     assert created is True
     stored = UsageRecord.objects.get(response_id=kwargs["response_id"])
     assert (stored.tenant_id, stored.api_key_id, stored.user_id) == (
@@ -56,8 +56,8 @@ def test_a_replay_returns_the_first_record_unchanged(tenant_factory):
     """A second write for the same response id changes nothing."""
     tenant = tenant_factory()
     kwargs = usage_kwargs(tenant)
-    first, created = usage_record_create(**kwargs)
-    again, created_again = usage_record_create(**{**kwargs, "completion_tokens": 999})
+    first, created = record_usage(**kwargs)
+    again, created_again = record_usage(**{**kwargs, "completion_tokens": 999})
     assert (created, created_again) == (True, False)
     assert again.pk == first.pk
     assert again.completion_tokens == 30
@@ -71,7 +71,7 @@ def test_console_usage_needs_no_api_key(tenant_factory):
     kwargs = usage_kwargs(
         tenant, source="console", status="cancelled", finish_reason="", ttft_ms=None
     )
-    record, created = usage_record_create(**kwargs)
+    record, created = record_usage(**kwargs)
     assert created and record.api_key_id is None and record.ttft_ms is None
 
 
@@ -94,7 +94,7 @@ def test_invalid_values_are_rejected(tenant_factory, override):
     """Negative counts, impossible cache hits and unknown enums raise ValidationError."""
     kwargs = usage_kwargs(tenant_factory(), **override)
     with pytest.raises(ValidationError):
-        usage_record_create(**kwargs)
+        record_usage(**kwargs)
     assert not UsageRecord.objects.filter(response_id=kwargs["response_id"]).exists()
 
 
@@ -118,7 +118,7 @@ def test_concurrent_writers_create_exactly_one_record(tenant_factory):
         def write(kwargs=kwargs, barrier=barrier, results=results, errors=errors):
             try:
                 barrier.wait(timeout=10)
-                results.append(usage_record_create(**kwargs))
+                results.append(record_usage(**kwargs))
             except Exception as exc:  # reported by the assertion below
                 errors.append(exc)
             finally:

@@ -18,8 +18,8 @@ from django.utils import timezone
 from billing import tasks
 from billing.models import DailyUsage, GpuUsageSample
 from config.celery_app import app
-from tests.gpuworkers.buses import uid
 from tests.redis_helpers import celery_test_url
+from tests.wire.bus.buses import uid
 from wire.bus.redis_bus import RedisWorkerBus
 from wire.workers import WorkerInfo, WorkerState
 

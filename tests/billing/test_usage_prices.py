@@ -14,9 +14,10 @@ from django.utils import timezone
 from billing.models import Invoice, UsageRecord
 from billing.selectors import month_spend, month_start, usage_daily
 from billing.selectors.invoices import MissingPrice, invoice_lines_compute
-from billing.services import invoice_issue, usage_record_create
+from billing.services import invoice_issue
 from tenants.services import tenant_set_tier
 from tests.billing.conftest import MODEL
+from tests.usage_records import record_usage
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +35,7 @@ def exact(price, prompt: int, cached: int, completion: int) -> Decimal:
 
 def record_now(tenant, prompt: int, completion: int, *, status: str = "completed"):
     """A response settled now, through the service the request path calls."""
-    return usage_record_create(
+    return record_usage(
         response_id=f"chatcmpl-{uuid.uuid4().hex}",
         tenant_id=tenant.pk,
         model=MODEL,

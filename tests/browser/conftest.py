@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, topology  # noqa: F401  (fixture)
+from tests.plugins.topology import ROOT
 
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 SCREENSHOTS = ROOT / "test-output" / "screenshots"

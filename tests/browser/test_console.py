@@ -18,8 +18,8 @@ import pytest
 from django.conf import settings
 
 from tests.browser.conftest import screenshot
-from tests.e2e.conftest import redis_url
 from tests.helpers import wait_until
+from tests.plugins.topology import redis_url
 
 # django_db: pytest-django sets the test database up only for a run that
 # collects a test marked so; the servers under test use that database.

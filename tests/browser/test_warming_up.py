@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from tests.browser.conftest import launched_chromium
-from tests.e2e.conftest import Processes, base_env, free_port, wait_for_http
+from tests.plugins.topology import Processes, base_env, free_port, wait_for_http
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -8,10 +8,11 @@ import pytest
 
 from config import embedded as embedded_setup
 from gpuworkers import embedded
-from inference.dispatch import ModelWarmingUp, dispatch_request, stream_events
-from tests.gpuworkers.buses import uid
+from inference.relay.dispatch import ModelWarmingUp, dispatch_request, stream_events
+from tests.wire.bus.buses import uid
 from wire.bus import get_bus, reset_buses
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 from wire.workers import WorkerState
 
 
@@ -33,7 +34,7 @@ async def test_first_dispatch_starts_the_embedded_engine_once(embedded_settings)
     thread and is told at once that it is warming up; once ready, it serves and
     is reused."""
     from gpuworkers.engine.convert_gguf import ensure_demo_model
-    from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
+    from tokenization.tokenizer import apply_chat_template, load_tokenizer
 
     tokenizer = load_tokenizer(str(ensure_demo_model()))
     prompt = apply_chat_template(tokenizer, [{"role": "user", "content": "Hi!"}])
@@ -51,13 +52,13 @@ async def test_first_dispatch_starts_the_embedded_engine_once(embedded_settings)
             response_id=uid("resp"),
             model=model,
             prompt_token_ids=prompt,
-            sampling={"max_tokens": 8, "temperature": 0.0},
+            sampling=Sampling(max_tokens=8, temperature=0.0),
         )
         worker = await dispatch_request(request)
         assert worker.state == WorkerState.READY and worker.worker_id.startswith("embedded-")
         events = [e async for e in stream_events(request.response_id, worker_id=worker.worker_id)]
         finished.append(events[-1])
-    assert [e["type"] for e in finished] == ["completed", "completed"]
+    assert [e.type for e in finished] == ["completed", "completed"]
     started = embedded.current()
     assert started is embedded_setup.start() and started.thread.is_alive()
     assert started.worker_id == worker.worker_id

@@ -12,8 +12,8 @@ import fleet.fallback
 from fleet import services
 from fleet.selectors import served_model_list_active
 from fleet.snapshot import snapshot_reset
-from tests.gpuworkers.buses import UNREACHABLE_REDIS_URL, needs_redis, redis_test_url
-from tests.inference.asgi_client import ASGIStream
+from tests.plugins.asgi_client import ASGIStream
+from tests.wire.bus.buses import UNREACHABLE_REDIS_URL, needs_redis, redis_test_url
 from wire.bus import reset_buses
 from wire.bus.redis_bus import RedisWorkerBus
 from wire.workers import WorkerInfo, WorkerState

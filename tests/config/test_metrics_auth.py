@@ -36,7 +36,7 @@ def test_the_metrics_port_serves_the_same_series_without_token_or_host_check(set
     import urllib.request
 
     from config.startup import metrics_port_start
-    from tests.e2e.conftest import free_port
+    from tests.plugins.topology import free_port
 
     settings.WEB_METRICS_PORT, settings.WEB_METRICS_HOST = free_port(), "127.0.0.1"
     settings.METRICS_TOKEN, settings.LOCAL = "s3cret-token", False

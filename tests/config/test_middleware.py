@@ -5,7 +5,7 @@
 import pytest
 from opentelemetry.trace import SpanKind
 
-from tests.inference.asgi_client import ASGIStream
+from tests.plugins.asgi_client import ASGIStream
 from tests.tracing_helpers import recorded_spans  # noqa: F401
 
 pytestmark = pytest.mark.asyncio

@@ -22,11 +22,10 @@ from asgiref.sync import sync_to_async
 from opentelemetry.trace import SpanKind
 
 from gpuworkers.worker import WorkerLoop
-from inference import relay
-from tests.gpuworkers.conftest import engine
+from inference.relay import tap as relay
 from tests.helpers import async_wait_until
-from tests.inference.asgi_client import asgi_post, sse_events
-from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
+from tests.plugins.asgi_client import asgi_post, sse_events
+from tests.plugins.request_path import DEMO
 from tests.serving import serving_worker
 from tests.tracing_helpers import prefill_chunks_of_trace, recorded_spans, spans_of_trace
 from wire import logs
@@ -55,7 +54,7 @@ def json_log():
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logs.formatter("json"))
-    logger = logging.getLogger("inference.relay")
+    logger = logging.getLogger("inference.relay.tap")
     level = logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
@@ -136,7 +135,7 @@ async def test_the_embedded_workers_metrics_are_in_the_webs_metrics(
     """No metrics port in embedded mode: the web's /metrics carries the worker's series."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from tests.inference.asgi_client import ASGIStream
+    from tests.plugins.asgi_client import ASGIStream
 
     async def ttft_count() -> float:
         stream = ASGIStream("GET", "/metrics", {}, b"")

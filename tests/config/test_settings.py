@@ -41,17 +41,19 @@ print(json.dumps({
 """
 
 
-def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+def run(
+    args: list[str], env: dict[str, str], module: str = "config.settings"
+) -> subprocess.CompletedProcess:
     base = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp")}
-    base["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    base["DJANGO_SETTINGS_MODULE"] = module
     return subprocess.run(
         [sys.executable, *args], cwd=ROOT, env={**base, **env}, capture_output=True, text=True,
         timeout=120,
     )  # fmt: skip
 
 
-def settings_under(env: dict[str, str]) -> dict:
-    done = run(["-c", SHOW], env)
+def settings_under(env: dict[str, str], module: str = "config.settings") -> dict:
+    done = run(["-c", SHOW], env, module)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -129,3 +131,19 @@ def test_local_mode_is_friendly_but_only_when_asked():
 def test_the_admin_lives_at_the_configured_path():
     shown = settings_under({**PRODUCTION, "DJANGO_ADMIN_URL": "/ops-7f3a/"})
     assert shown["ADMIN_URL"] == "ops-7f3a/"
+
+
+@pytest.mark.parametrize("module", ["config.settings.production", "config.settings.local"])
+def test_each_module_can_be_named_directly_whatever_django_env_says(module):
+    """An explicit DJANGO_SETTINGS_MODULE wins over DJANGO_ENV (cookiecutter's way)."""
+    env = {**PRODUCTION, "DJANGO_ENV": "local" if module.endswith("production") else "production"}
+    shown = settings_under(env, module)
+    production = module.endswith("production")
+    assert shown["SESSION_COOKIE_SECURE"] is production
+    assert (shown["SECURE_HSTS_SECONDS"] >= 31_536_000) is production
+
+
+def test_the_test_run_uses_the_test_module_on_top_of_local_mode(settings):
+    assert settings.SETTINGS_MODULE == "config.settings.test"
+    assert settings.LOCAL and not settings.SESSION_COOKIE_SECURE
+    assert settings.PASSWORD_HASHERS == ["django.contrib.auth.hashers.MD5PasswordHasher"]

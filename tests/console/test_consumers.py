@@ -8,9 +8,10 @@ from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
 from console.models import Conversation, Message
-from inference import relay
+from inference.relay import tap as relay
 from tenants.models import Tier
-from tests.console.conftest import DEMO, frames_until_end, open_socket
+from tests.console.sockets import frames_until_end, open_socket
+from tests.plugins.request_path import DEMO
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -49,9 +50,9 @@ async def test_user_without_tenant_is_refused(django_user_model):
     assert (communicator.was_accepted, communicator.close_code) == (False, 4403)
 
 
-async def test_send_streams_deltas_and_saves_the_reply(paced_worker, user_factory):
+async def test_send_streams_deltas_and_saves_the_reply(fake_worker, user_factory):
     """A new conversation: started, every delta in order, completed; saved server-side."""
-    paced_worker(tokens=5)
+    fake_worker(tokens=5, interval=0.05)
     user = await sync_to_async(user_factory)(tier="free")
     ws = await open_socket(user)
     await ws.send_json_to(send_frame("What is KV cache?"))
@@ -61,7 +62,7 @@ async def test_send_streams_deltas_and_saves_the_reply(paced_worker, user_factor
     await ws.disconnect()
     deltas = [f for f in frames if f["type"] == "delta"]
     assert [f["seq"] for f in deltas] == [2, 3, 4, 5, 6]
-    assert "".join(f["text"] for f in deltas) == "w1 w2 w3 w4 w5 "
+    assert "".join(f["text"] for f in deltas) == "c0t0 c0t1 c0t2 c0t3 c0t4 "
     end = frames[-1]
     assert (end["type"], end["seq"], end["finish_reason"]) == ("completed", 7, "length")
     assert end["usage"]["completion_tokens"] == 5 and end["error"] is None
@@ -70,7 +71,7 @@ async def test_send_streams_deltas_and_saves_the_reply(paced_worker, user_factor
     message = await sync_to_async(Message.objects.get)(pk=started["message_id"])
     assert (message.status, message.content, message.completion_tokens) == (
         "completed",
-        "w1 w2 w3 w4 w5 ",
+        "c0t0 c0t1 c0t2 c0t3 c0t4 ",
         5,
     )
     conversation = await sync_to_async(Conversation.objects.get)(pk=started["conversation_id"])
@@ -84,9 +85,9 @@ async def test_send_streams_deltas_and_saves_the_reply(paced_worker, user_factor
     )
 
 
-async def test_second_turn_sends_the_history(paced_worker, user_factory):
+async def test_second_turn_sends_the_history(fake_worker, user_factory):
     """The worker's second prompt holds the first turn and its reply."""
-    worker = paced_worker(tokens=2)
+    worker = fake_worker(tokens=2, interval=0.05)
     user = await sync_to_async(user_factory)()
     ws = await open_socket(user)
     await ws.send_json_to(send_frame("first question"))
@@ -101,9 +102,9 @@ async def test_second_turn_sends_the_history(paced_worker, user_factory):
     assert len(worker.received[1].prompt_token_ids) > len(worker.received[0].prompt_token_ids)
 
 
-async def test_cannot_attach_to_another_tenants_conversation(paced_worker, user_factory):
+async def test_cannot_attach_to_another_tenants_conversation(fake_worker, user_factory):
     """Another tenant's conversation and reply ids get errors, never events."""
-    paced_worker(tokens=30, interval=0.05)
+    fake_worker(tokens=30, interval=0.05)
     owner = await sync_to_async(user_factory)()
     intruder = await sync_to_async(user_factory)()
     ws = await open_socket(owner)
@@ -135,10 +136,10 @@ async def test_cannot_attach_to_another_tenants_conversation(paced_worker, user_
     assert count == 2
 
 
-async def test_resume_after_drop_yields_every_seq_once(paced_worker, user_factory, settings):
+async def test_resume_after_drop_yields_every_seq_once(fake_worker, user_factory, settings):
     """Drop mid-reply (1006), resume on a new socket after the last seq: no gaps, no repeats."""
     settings.CONSOLE_RESUME_GRACE_SECONDS = 5
-    worker = paced_worker(tokens=20, interval=0.03)
+    worker = fake_worker(tokens=20, interval=0.03)
     user = await sync_to_async(user_factory)()
     ws = await open_socket(user)
     await ws.send_json_to(send_frame("long answer please"))
@@ -164,12 +165,12 @@ async def test_resume_after_drop_yields_every_seq_once(paced_worker, user_factor
     await settled()
     message = await sync_to_async(Message.objects.get)(response_id=rid)
     text = "".join(f["text"] for f in seen + rest if f["type"] == "delta")
-    assert message.content == text == "".join(f"w{i} " for i in range(1, 21))
+    assert message.content == text == "".join(f"c0t{i} " for i in range(20))
 
 
-async def test_resume_of_ended_reply_replays_after_seq(paced_worker, user_factory):
+async def test_resume_of_ended_reply_replays_after_seq(fake_worker, user_factory):
     """A reply that ended while away: the resume sends exactly the missed frames."""
-    paced_worker(tokens=4, interval=0.01)
+    fake_worker(tokens=4, interval=0.01)
     user = await sync_to_async(user_factory)()
     ws = await open_socket(user)
     await ws.send_json_to(send_frame("short"))
@@ -184,9 +185,9 @@ async def test_resume_of_ended_reply_replays_after_seq(paced_worker, user_factor
     assert replay == frames[-3:]
 
 
-async def test_stop_aborts_on_the_worker(paced_worker, user_factory):
+async def test_stop_aborts_on_the_worker(fake_worker, user_factory):
     """Stop midway: the worker gets the abort, the reply ends cancelled and is saved so."""
-    worker = paced_worker(tokens=200, interval=0.02)
+    worker = fake_worker(tokens=200, interval=0.02)
     user = await sync_to_async(user_factory)()
     ws = await open_socket(user)
     await ws.send_json_to(send_frame("go on and on"))
@@ -206,9 +207,9 @@ async def test_stop_aborts_on_the_worker(paced_worker, user_factory):
     assert (record.status, record.completion_tokens) == ("cancelled", message.completion_tokens)
 
 
-async def start_long_reply(paced_worker, user_factory):
+async def start_long_reply(fake_worker, user_factory):
     """A socket with a long reply under way: (worker, socket, started frame)."""
-    worker = paced_worker(tokens=500, interval=0.02)
+    worker = fake_worker(tokens=500, interval=0.02)
     user = await sync_to_async(user_factory)()
     ws = await open_socket(user)
     await ws.send_json_to(send_frame("long"))
@@ -226,16 +227,16 @@ async def aborted_ids(worker, seconds: float = 5.0) -> list[str]:
     return worker.aborted
 
 
-async def test_clean_close_aborts_at_once(paced_worker, user_factory, settings):
+async def test_clean_close_aborts_at_once(fake_worker, user_factory, settings):
     """Leaving the page (1001) aborts the in-flight reply without a grace period."""
     settings.CONSOLE_RESUME_GRACE_SECONDS = 60
-    worker, ws, started = await start_long_reply(paced_worker, user_factory)
+    worker, ws, started = await start_long_reply(fake_worker, user_factory)
     await ws.disconnect(code=1001)
     assert await aborted_ids(worker) == [started["response_id"]]
 
 
 async def test_clean_close_aborts_even_when_a_send_failed_first(
-    paced_worker, user_factory, settings, monkeypatch
+    fake_worker, user_factory, settings, monkeypatch
 ):
     """The client closes between two frames: the forwarder's next send fails
     before disconnect() runs. The reply must still be aborted (a race seen
@@ -243,7 +244,7 @@ async def test_clean_close_aborts_even_when_a_send_failed_first(
     from console.consumers import ChatConsumer
 
     settings.CONSOLE_RESUME_GRACE_SECONDS = 60
-    worker, ws, started = await start_long_reply(paced_worker, user_factory)
+    worker, ws, started = await start_long_reply(fake_worker, user_factory)
     original = ChatConsumer.send_json
     failed = asyncio.Event()
 
@@ -261,11 +262,11 @@ async def test_clean_close_aborts_even_when_a_send_failed_first(
 
 
 async def test_a_second_tab_keeps_the_reply_alive_when_the_first_leaves(
-    paced_worker, user_factory, settings
+    fake_worker, user_factory, settings
 ):
     """Two sockets follow one reply; the first leaving aborts nothing."""
     settings.CONSOLE_RESUME_GRACE_SECONDS = 0
-    worker = paced_worker(tokens=30, interval=0.02)
+    worker = fake_worker(tokens=30, interval=0.02)
     user = await sync_to_async(user_factory)()
     first = await open_socket(user)
     await first.send_json_to(send_frame("long"))
@@ -282,12 +283,10 @@ async def test_a_second_tab_keeps_the_reply_alive_when_the_first_leaves(
     assert worker.aborted == []
 
 
-async def test_abnormal_drop_without_resume_aborts_after_grace(
-    paced_worker, user_factory, settings
-):
+async def test_abnormal_drop_without_resume_aborts_after_grace(fake_worker, user_factory, settings):
     """A 1006 drop with nobody resuming: aborted once the grace period passes."""
     settings.CONSOLE_RESUME_GRACE_SECONDS = 1
-    worker = paced_worker(tokens=500, interval=0.02)
+    worker = fake_worker(tokens=500, interval=0.02)
     user = await sync_to_async(user_factory)()
     ws = await open_socket(user)
     await ws.send_json_to(send_frame("long"))
@@ -302,9 +301,9 @@ async def test_abnormal_drop_without_resume_aborts_after_grace(
     assert message.status == "cancelled"
 
 
-async def test_regenerate_supersedes_the_last_reply(paced_worker, user_factory):
+async def test_regenerate_supersedes_the_last_reply(fake_worker, user_factory):
     """Regenerate answers the last user turn again and flags its usage record."""
-    worker = paced_worker(tokens=2, interval=0.01)
+    worker = fake_worker(tokens=2, interval=0.01)
     user = await sync_to_async(user_factory)()
     ws = await open_socket(user)
     await ws.send_json_to(send_frame("pick a number"))
@@ -326,10 +325,10 @@ async def test_regenerate_supersedes_the_last_reply(paced_worker, user_factory):
 
 
 async def test_rate_limited_send_says_when_to_retry_and_saves_nothing(
-    paced_worker, user_factory, tiers
+    fake_worker, user_factory, tiers
 ):
     """Over the tier's requests per minute: an error with retry_after; no rows written."""
-    paced_worker(tokens=1, interval=0.01)
+    fake_worker(tokens=1, interval=0.01)
     await sync_to_async(Tier.objects.filter(name="free").update)(rpm=1)
     user = await sync_to_async(user_factory)(tier="free")
     ws = await open_socket(user)
@@ -350,9 +349,9 @@ async def test_rate_limited_send_says_when_to_retry_and_saves_nothing(
     assert "two" not in messages and len(messages) == 2
 
 
-async def test_model_outside_the_tier_is_refused(paced_worker, user_factory):
+async def test_model_outside_the_tier_is_refused(fake_worker, user_factory):
     """A model the tier may not use is refused like an unknown one."""
-    paced_worker()
+    fake_worker(tokens=8, interval=0.05)
     user = await sync_to_async(user_factory)()
     ws = await open_socket(user)
     await ws.send_json_to(send_frame("hi", model="gpt-imaginary"))
@@ -377,15 +376,15 @@ async def test_malformed_frames_get_errors(user_factory, memory_bus):
 
 @pytest.mark.parametrize(("tier", "max_tokens"), [("free", 512), ("enterprise", 1024)])
 async def test_reply_length_is_the_console_cap_within_the_tier(
-    paced_worker, user_factory, settings, tier, max_tokens
+    fake_worker, user_factory, settings, tier, max_tokens
 ):
     """Replies reserve CONSOLE_MAX_OUTPUT_TOKENS, or the tier's smaller output cap."""
     settings.CONSOLE_MAX_OUTPUT_TOKENS = 1024
-    worker = paced_worker(tokens=1, interval=0.01)
+    worker = fake_worker(tokens=1, interval=0.01)
     user = await sync_to_async(user_factory)(tier=tier)
     ws = await open_socket(user)
     await ws.send_json_to(send_frame("hi"))
     started = await ws.receive_json_from(timeout=10)
     await frames_until_end(ws, started["response_id"])
     await ws.disconnect()
-    assert worker.received[0].sampling["max_tokens"] == max_tokens
+    assert worker.received[0].sampling.max_tokens == max_tokens

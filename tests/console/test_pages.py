@@ -10,11 +10,11 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
-from billing.services import usage_record_create
 from console.models import Conversation, Message
 from tenants.models import ApiKey, Membership
-from tests.console.conftest import DEMO
+from tests.plugins.request_path import DEMO
 from tests.redis_helpers import redis_test_url, redis_up
+from tests.usage_records import record_usage
 from wire.bus import get_worker_bus, reset_buses
 from wire.workers import WorkerInfo, WorkerState
 
@@ -24,7 +24,7 @@ TENANT_PAGES = ["/chat/", "/api-keys/", "/usage/", "/usage/export.csv"]
 
 
 def record(tenant, *, model=DEMO, api_key=None, completion=10, ttft=None, worker="w1"):
-    return usage_record_create(
+    return record_usage(
         response_id=f"chatcmpl-{uuid.uuid4().hex}",
         tenant_id=tenant.pk,
         api_key_id=api_key.pk if api_key else None,
@@ -218,9 +218,9 @@ def test_key_limits_stay_within_the_tier(client, admin, api_key_factory):
     assert key.rpm_limit == 50
 
 
-def test_fleet_shows_live_workers_and_ttft(client, admin_user, worker_factory, tenant_factory):
+def test_fleet_shows_live_workers_and_ttft(client, admin_user, fake_worker, tenant_factory):
     """Staff see each worker's state and KV from its heartbeat, TTFT from usage."""
-    worker = worker_factory(worker_id="fleet-w1")
+    worker = fake_worker(worker_id="fleet-w1")
     tenant = tenant_factory()
     for ttft in (10, 20, 30, 40, 200):
         record(tenant, ttft=ttft, worker="fleet-w1")

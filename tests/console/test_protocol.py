@@ -20,6 +20,7 @@ from inference.errors import (
     rate_limit_error,
 )
 from tenants.ratelimit.base import Decision
+from wire.events import ChoiceDelta, Created, Delta, ErrorInfo, EventType, Terminal, TokenUsage
 
 
 def test_send_and_resume_are_parsed():
@@ -49,15 +50,16 @@ def test_invalid_frames_are_refused(frame):
 
 
 def test_delta_and_terminal_frames():
-    delta = {"type": "delta", "seq": 3, "choices": [{"index": 0, "text": "Hi", "token_ids": [1]}]}
+    delta = Delta(3, (ChoiceDelta(0, "Hi", (1,)),))
     assert client_frame(delta, "r") == {"type": "delta", "response_id": "r", "seq": 3, "text": "Hi"}
-    assert client_frame({"type": "created", "seq": 1}, "r") is None
-    failed = {
-        "type": "failed",
-        "seq": 4,
-        "usage": {"prompt_tokens": 5, "completion_tokens": 1},
-        "error": {"message": "lost", "code": "worker_lost", "type": "server_error"},
-    }
+    created = Created(response_id="r", model="m", worker_id="w", prompt_tokens=5)
+    assert client_frame(created, "r") is None
+    failed = Terminal(
+        EventType.FAILED,
+        4,
+        TokenUsage(prompt_tokens=5, completion_tokens=1),
+        error=ErrorInfo("lost", code="worker_lost"),
+    )
     assert client_frame(failed, "r") == {
         "type": "failed",
         "response_id": "r",

@@ -5,7 +5,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from config.websocket import origin_allowed
-from tests.console.conftest import _session_cookie
+from tests.console.sockets import _session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from tests.deploy.test_topology import wait_ready
-from tests.e2e.conftest import free_port
+from tests.plugins.topology import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

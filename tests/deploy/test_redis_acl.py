@@ -29,8 +29,9 @@ from wire.bus.redis_bus import (
     stream_key,
 )
 from wire.bus.redis_bus.common import wake_key
-from wire.events import EventType, created_event, delta_event, terminal_event
+from wire.events import ChoiceDelta, Created, Delta, EventType, Terminal
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 from wire.snapshot import RedisSnapshotStore
 from wire.workers import WorkerInfo, WorkerState
 
@@ -43,7 +44,7 @@ def worker_info(worker_id: str) -> WorkerInfo:
 
 def request(response_id: str) -> GenerationRequest:
     return GenerationRequest(
-        response_id=response_id, model="m", prompt_token_ids=[1, 2], sampling={}, tier="pro"
+        response_id=response_id, model="m", prompt_token_ids=[1, 2], sampling=Sampling(), tier="pro"
     )
 
 
@@ -66,16 +67,14 @@ def test_web_and_worker_serve_a_request_each_as_their_own_user(acl_redis):  # no
             assert [r.response_id for r in received] == [response_id]
             assert aborts == ["chatcmpl-other"]
             events = [
-                created_event(
-                    response_id=response_id, model="m", worker_id=worker_id, prompt_tokens=2
-                ),
-                delta_event(2, [{"index": 0, "text": "hi", "token_ids": [5]}]),
-                terminal_event(EventType.COMPLETED, 3),
+                Created(response_id=response_id, model="m", worker_id=worker_id, prompt_tokens=2),
+                Delta(2, (ChoiceDelta(0, "hi", (5,)),)),
+                Terminal(EventType.COMPLETED, 3),
             ]
             assert worker.publish_many([(response_id, e) for e in events]) == set()
             read = await web.read_events(response_id, 0, 1000)
             # Closed already: the web's own terminal is refused, as it should be.
-            assert not await web.publish_if_open(response_id, terminal_event(EventType.FAILED, 0))
+            assert not await web.publish_if_open(response_id, Terminal(EventType.FAILED, 0))
             worker.deregister(worker_id)
             assert await web.list_workers() == []
             return read
@@ -83,7 +82,7 @@ def test_web_and_worker_serve_a_request_each_as_their_own_user(acl_redis):  # no
             await web.close()
 
     read = asyncio.run(web_side())
-    assert [e["type"] for e in read] == ["created", "delta", "completed"]
+    assert [e.type for e in read] == ["created", "delta", "completed"]
     assert acl_redis.denials() == []
 
 
@@ -94,7 +93,7 @@ def test_the_webs_shared_stream_reader_runs_under_its_acl(acl_redis):  # noqa: F
     acl_redis.reset_denials()
     worker = RedisWorkerBus(acl_redis.url("worker"))
     first, second = f"chatcmpl-{uuid.uuid4().hex}", f"chatcmpl-{uuid.uuid4().hex}"
-    event = created_event(response_id=second, model="m", worker_id="w", prompt_tokens=1)
+    event = Created(response_id=second, model="m", worker_id="w", prompt_tokens=1)
 
     async def web_side() -> list[dict]:
         web = RedisBus(acl_redis.url("web"))

@@ -27,8 +27,8 @@ import pytest
 from django.conf import settings
 
 from tests.deploy.redis_acl import start_acl_redis
-from tests.e2e.conftest import free_port
-from tests.e2e.conftest import test_db_url as database_url
+from tests.plugins.topology import free_port
+from tests.plugins.topology import test_db_url as database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 300

@@ -28,9 +28,9 @@ from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from billing.models import UsageRecord
-from tests.e2e import conftest as e2e
 from tests.e2e.prometheus import BINARY, Prometheus, finite, quantile_bounds
 from tests.gpuworkers.test_metrics import VLLM_SAMPLES
+from tests.plugins import topology as e2e
 from wire.buckets import TTFT_BUCKETS
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]

@@ -34,10 +34,10 @@ import redis
 from django.conf import settings
 
 from billing.models import UsageRecord
+from tests.e2e.flows import MESSAGES, MODEL
 
 # As a module: importing its ``test_db_url`` by name would collect it as a test.
-from tests.e2e import conftest as e2e
-from tests.e2e.flows import MESSAGES, MODEL
+from tests.plugins import topology as e2e
 
 pytestmark = pytest.mark.slow
 

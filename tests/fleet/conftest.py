@@ -1,4 +1,5 @@
-"""Fleet fixtures: a private snapshot key per test, and the worker-loop fixtures.
+"""Fleet fixtures: a private snapshot key per test (the worker loops are
+tests/plugins/engine.py's).
 
 Every test publishes to its own ``FLEET_SNAPSHOT_KEY`` and starts with an
 empty in-process reader, so snapshots never leak between tests (or into
@@ -12,7 +13,6 @@ import uuid
 import pytest
 
 from fleet.snapshot import snapshot_reset
-from tests.gpuworkers.conftest import engine, prompt_ids, serve  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(autouse=True)

@@ -15,9 +15,8 @@ from fleet.models import Deployment, Rollout
 from safety import selectors as safety_selectors
 from safety.checks import Finding
 from safety.policy import Action, Policy
-from tests.inference.asgi_client import sdk_client
-from tests.inference.conftest import close_db_threads, demo_model, memory_bus  # noqa: F401
-from tests.safety.conftest import DEMO, text_worker  # noqa: F401 (fixture)
+from tests.plugins.asgi_client import sdk_client
+from tests.plugins.request_path import DEMO
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -44,13 +43,13 @@ STUB = Policy(
 
 
 async def test_a_canary_whose_replies_are_filtered_is_rolled_back(
-    text_worker,  # noqa: F811
+    fake_worker,
     api_key_factory,
     monkeypatch,
 ):
     monkeypatch.setattr(safety_selectors, "policy_for_tenant", lambda *, tenant: STUB)
-    text_worker(["All", " good", " here."], worker_id="stable-worker", version="v1")
-    text_worker(["The", " canary", " speaks."], worker_id="canary-worker", version="v2")
+    fake_worker(texts=["All", " good", " here."], worker_id="stable-worker", version="v1")
+    fake_worker(texts=["The", " canary", " speaks."], worker_id="canary-worker", version="v2")
 
     def setup():
         services.deployment_register(model_name=DEMO, version="v1")

@@ -24,7 +24,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from tests.e2e.conftest import (
+from tests.plugins.topology import (
     Processes,
     base_env,
     free_port,

@@ -8,7 +8,7 @@ import pytest
 
 from fleet import services
 from tests.fleet.traffic import Traffic
-from tests.gpuworkers.conftest import MODEL
+from tests.plugins.engine import MODEL
 from wire.bus.memory_bus import MemoryBus
 from wire.workers import WorkerInfo, WorkerState
 

@@ -7,9 +7,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from billing.services import usage_record_create
 from fleet.guardrails import guardrails_check
 from fleet.selectors import VersionMetrics, version_metrics
+from tests.usage_records import record_usage
 
 STABLE = VersionMetrics(100, 0.01, 200.0, 0.0, 0.02)
 
@@ -61,7 +61,7 @@ def test_version_metrics_come_from_usage_records(tenant_factory):
         ("cancelled", "", 50, False),  # the client left: not counted
     ]
     for i, (status, finish, ttft, regenerated) in enumerate(rows):
-        usage_record_create(
+        record_usage(
             response_id=f"gr-{tenant.pk}-{i}", tenant_id=tenant.pk, model="m", source="api",
             status=status, finish_reason=finish, prompt_tokens=5, cached_tokens=0,
             completion_tokens=1, queue_time_ms=0, ttft_ms=ttft, duration_ms=1,

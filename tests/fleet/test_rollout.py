@@ -23,10 +23,10 @@ from gpuworkers.engine import LLMEngine
 from gpuworkers.engine.convert_gguf import ensure_demo_model
 from gpuworkers.worker import WorkerLoop
 from tests.fleet.traffic import Traffic
-from tests.gpuworkers.buses import uid
-from tests.gpuworkers.conftest import MODEL
 from tests.helpers import wait_until
+from tests.plugins.engine import MODEL
 from tests.redis_helpers import celery_test_url
+from tests.wire.bus.buses import uid
 from wire.bus.memory_bus import MemoryBus
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

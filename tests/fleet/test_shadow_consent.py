@@ -12,9 +12,10 @@ from fleet import services
 from fleet.models import ShadowComparison
 from fleet.shadow import _pending
 from fleet.tasks import shadow_purge
-from inference.dispatch import dispatch_request
+from inference.relay.dispatch import dispatch_request
 from wire.bus.memory_bus import MemoryBus
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 from wire.workers import WorkerInfo, WorkerState
 
 MODEL = "shadowed"
@@ -40,7 +41,7 @@ async def dispatch_on_stable(bus: MemoryBus, *, shadow_allowed: bool) -> list[Ge
             response_id=f"chatcmpl-{n}-{shadow_allowed}",
             model=MODEL,
             prompt_token_ids=[1, 2, 3],
-            sampling={"max_tokens": 2},
+            sampling=Sampling(max_tokens=2),
             tier="pro",
             tenant_id=1,
         )

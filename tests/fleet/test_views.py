@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gpuworkers.buses import uid
+from tests.wire.bus.buses import uid
 from wire.bus import get_worker_bus, reset_buses
 from wire.workers import WorkerInfo, WorkerState
 

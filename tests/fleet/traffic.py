@@ -1,6 +1,6 @@
 """A client population for fleet tests: requests through the real dispatch path.
 
-Each request is dispatched by ``inference.dispatch.dispatch_request`` (so
+Each request is dispatched by ``inference.relay.dispatch.dispatch_request`` (so
 routing follows the published snapshot), read to its terminal event and
 recorded as a UsageRecord with the worker's version, as the API's relay
 does. Runs in its own thread and event loop until stopped.
@@ -9,18 +9,20 @@ does. Runs in its own thread and event loop until stopped.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 
 from asgiref.sync import sync_to_async
 
 from billing.services import usage_record_create
-from gpuworkers.engine.sampling_params import SamplingParams
-from inference.dispatch import dispatch_request, wait_for_terminal
+from inference.relay.dispatch import dispatch_request, wait_for_terminal
 from wire.bus import Bus
+from wire.events import EventType, Terminal
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
+from wire.usage import UsageTag, usage_entry
 
 
 @dataclass
@@ -65,12 +67,11 @@ class Traffic:
                 await asyncio.sleep(0.1)
 
     async def one(self, conversation: str) -> None:
-        sampling = dataclasses.asdict(SamplingParams(max_tokens=2, temperature=0.0))
         request = GenerationRequest(
             response_id=f"fleet-{uuid.uuid4().hex}",
             model=self.model,
             prompt_token_ids=self.prompt,
-            sampling=sampling,
+            sampling=Sampling(max_tokens=2, temperature=0.0),
             tier="pro",
             tenant_id=self.tenant_id,
         )
@@ -80,24 +81,19 @@ class Traffic:
         terminal = await wait_for_terminal(
             request.response_id, worker_id=worker.worker_id, bus=self.bus, timeout=60
         )
-        status = terminal["type"] if terminal else "failed"
-        usage = (terminal or {}).get("usage") or {}
-        metrics = (terminal or {}).get("metrics") or {}
-        # Thread-sensitive: one thread, one pooled connection, however many requests.
-        await sync_to_async(usage_record_create)(
+        ending = terminal or Terminal(EventType.FAILED, 0)
+        now = time.time()
+        entry = usage_entry(
             response_id=request.response_id,
             tenant_id=self.tenant_id,
             model=self.model,
-            source="api",
-            status=status,
-            finish_reason="",
-            prompt_tokens=usage.get("prompt_tokens", 0),
-            cached_tokens=usage.get("cached_tokens", 0),
-            completion_tokens=usage.get("completion_tokens", 0),
-            queue_time_ms=int(metrics.get("queue_time_ms") or 0),
-            ttft_ms=None if metrics.get("ttft_ms") is None else int(metrics["ttft_ms"]),
-            duration_ms=int(metrics.get("duration_ms") or 0),
+            tag=UsageTag(source="api"),
+            terminal=ending,
+            created_at=request.created_at,
+            finished_at=now,
             worker_id=worker.worker_id,
             model_version=worker.version,
         )
-        self.results.append((worker.version, status, worker.worker_id))
+        # Thread-sensitive: one thread, one pooled connection, however many requests.
+        await sync_to_async(usage_record_create)(entry=entry)
+        self.results.append((worker.version, ending.type.value, worker.worker_id))

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
-from inference.dispatch import dispatch_request, stream_events
-from tests.gpuworkers.buses import needs_redis, redis_test_url, uid
+from inference.relay.dispatch import dispatch_request, stream_events
+from tests.wire.bus.buses import needs_redis, redis_test_url, uid
+from tokenization.tokenizer import apply_chat_template, load_tokenizer
 from wire.bus.redis_bus import RedisBus, RedisWorkerBus
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 
 pytestmark = [needs_redis, pytest.mark.slow, pytest.mark.asyncio]
 
@@ -63,7 +64,7 @@ def _request(model: str, **sampling) -> GenerationRequest:
     tokenizer = load_tokenizer(_demo_dir())
     prompt = apply_chat_template(tokenizer, [{"role": "user", "content": "Tell me a story."}])
     return GenerationRequest(
-        response_id=uid("resp"), model=model, prompt_token_ids=prompt, sampling=sampling
+        response_id=uid("resp"), model=model, prompt_token_ids=prompt, sampling=Sampling(**sampling)
     )
 
 
@@ -83,8 +84,8 @@ async def test_sigterm_drains_the_running_response_then_deregisters(settings, st
     events = [await anext(stream)]
     proc.send_signal(signal.SIGTERM)
     events += [e async for e in stream]
-    assert events[-1]["type"] == "completed"
-    assert events[-1]["usage"]["completion_tokens"] == 24
+    assert events[-1].type == "completed"
+    assert events[-1].usage.completion_tokens == 24
     output, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, output
     assert "draining" in output and "stopped" in output
@@ -103,13 +104,13 @@ async def test_sigkill_mid_stream_ends_the_stream_failed_within_seconds(settings
     killed_at = None
     async for event in stream_events(request.response_id, worker_id=worker_id, bus=bus):
         events.append(event)
-        if killed_at is None and event["type"] == "delta":
+        if killed_at is None and event.type == "delta":
             proc.kill()
             killed_at = time.monotonic()
     assert time.monotonic() - killed_at < 3
-    assert events[-1]["type"] == "failed"
-    assert events[-1]["error"]["code"] == "worker_lost"
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    assert events[-1].type == "failed"
+    assert events[-1].error.code == "worker_lost"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert worker_id not in {w.worker_id for w in await bus.list_workers()}
     await bus.close()
 
@@ -148,10 +149,10 @@ async def test_sigterm_finishes_in_flight_and_a_peer_serves_what_was_queued(
     finally:
         peer.request_stop()
         thread.join(30)
-    assert events[-1]["type"] == "completed"
-    assert events[-1]["usage"]["completion_tokens"] == 24
-    assert handed[0]["worker_id"] == peer.worker_id
-    assert handed[-1]["type"] == "completed" and handed[-1]["usage"]["completion_tokens"] == 4
+    assert events[-1].type == "completed"
+    assert events[-1].usage.completion_tokens == 24
+    assert handed[0].worker_id == peer.worker_id
+    assert handed[-1].type == "completed" and handed[-1].usage.completion_tokens == 4
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, output
     assert "draining" in output and "stopped" in output

@@ -10,11 +10,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuworkers.metrics import WorkerMetrics
 from gpuworkers.probes import ProbeServer, loop_status
-from inference.dispatch import dispatch_request, stream_events
-from tests.gpuworkers.buses import make_buses, uid
-from tests.gpuworkers.conftest import MODEL
+from inference.relay.dispatch import dispatch_request, stream_events
 from tests.helpers import wait_until
+from tests.plugins.engine import MODEL
+from tests.wire.bus.buses import make_buses, uid
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 
 # Item 1 of the issue, as a vLLM exposition shows them (counters with _total).
 VLLM_SAMPLES = (
@@ -99,7 +100,7 @@ async def test_a_serving_worker_exposes_vllm_metrics_that_count_its_requests(ser
         assert set(VLLM_SAMPLES) <= {k.split("[")[0] for k in before}, sorted(before)
 
         prompt = prompt_ids("Explain in one sentence why the sky is blue, please.")
-        sampling = {"max_tokens": 6, "temperature": 0.0, "ignore_eos": True}
+        sampling = Sampling(max_tokens=6, temperature=0.0, ignore_eos=True)
         terminals, token_deltas = [], 0
         for _ in range(2):
             request = GenerationRequest(
@@ -110,12 +111,10 @@ async def test_a_serving_worker_exposes_vllm_metrics_that_count_its_requests(ser
             # One delta per step that gave the response tokens (several
             # tokens when speculative decoding accepted drafts).
             token_deltas += sum(
-                1
-                for e in events
-                if e["type"] == "delta" and any(c["token_ids"] for c in e["choices"])
+                1 for e in events if e.type == "delta" and any(c.token_ids for c in e.choices)
             )
-        assert [t["type"] for t in terminals] == ["completed", "completed"]
-        generated = sum(t["usage"]["completion_tokens"] for t in terminals)
+        assert [t.type for t in terminals] == ["completed", "completed"]
+        generated = sum(t.usage.completion_tokens for t in terminals)
 
         def grown() -> dict[str, float] | None:
             after = _samples(_get(f"{base}/metrics")[1], MODEL)
@@ -135,11 +134,11 @@ async def test_a_serving_worker_exposes_vllm_metrics_that_count_its_requests(ser
     assert delta["vllm:inter_token_latency_seconds_count"] == token_deltas - 2
     assert delta["vllm:prompt_tokens_total"] == delta["vllm:prefix_cache_queries_total"]
     assert delta["vllm:prompt_tokens_total"] == 2 * len(prompt)
-    cached = sum(t["usage"]["cached_tokens"] for t in terminals)
+    cached = sum(t.usage.cached_tokens for t in terminals)
     assert delta["vllm:prefix_cache_hits_total"] == cached >= 16
     assert delta["vllm:request_success_total[finished_reason=length]"] == 2
     # The histogram holds the TTFT the usage record gets (ms, rounded).
-    ttft = sum(t["metrics"]["ttft_ms"] for t in terminals) / 1000
+    ttft = sum(t.metrics.ttft_ms for t in terminals) / 1000
     assert delta["vllm:time_to_first_token_seconds_sum"] == pytest.approx(ttft, abs=0.002)
     # Per request: its phases and token counts, one observation each.
     for histogram in ("prefill_time", "decode_time", "inference_time", "time_per_output_token"):

@@ -12,8 +12,8 @@ from django.core.management import CommandError
 
 from gpuworkers.management.commands.gpuworker import Command
 from gpuworkers.probes import ProbeServer, loop_status
-from tests.gpuworkers.buses import make_buses
 from tests.helpers import wait_until
+from tests.wire.bus.buses import make_buses
 
 
 def _get(url: str) -> tuple[int, str]:

@@ -15,12 +15,13 @@ import time
 import pytest
 
 from gpuworkers.worker import WorkerLoop
-from inference.dispatch import stream_events
-from tests.gpuworkers.buses import BUS_KINDS, make_buses, redis_test_url, uid
+from inference.relay.dispatch import stream_events
+from tests.wire.bus.buses import BUS_KINDS, make_buses, redis_test_url, uid
 from wire.bus.base import LIVENESS_TTL
 from wire.bus.redis_bus import RedisWorkerBus
-from wire.events import created_event, delta_event
+from wire.events import ChoiceDelta, Created, Delta
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 from wire.workers import WorkerInfo, WorkerState
 
 pytestmark = pytest.mark.asyncio
@@ -40,7 +41,7 @@ def _doomed(bus, model: str) -> str:
 def _request(model: str, prompt: list[int], **sampling) -> GenerationRequest:
     sampling = {"max_tokens": 6, "temperature": 0.0, **sampling}
     return GenerationRequest(
-        response_id=uid("resp"), model=model, prompt_token_ids=prompt, sampling=sampling
+        response_id=uid("resp"), model=model, prompt_token_ids=prompt, sampling=Sampling(**sampling)
     )
 
 
@@ -65,12 +66,12 @@ async def test_an_unstarted_request_of_a_dead_worker_is_served_by_a_peer(kind, e
     finally:
         survivor.request_stop()
         thread.join(30)
-    types = [e["type"] for e in events]
+    types = [e.type for e in events]
     assert types[0] == "created" and types[-1] == "completed", events[-1]
     assert types.count("created") == 1 and types.count("completed") == 1
-    assert events[0]["worker_id"] == survivor.worker_id
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert events[-1]["usage"]["completion_tokens"] == 6
+    assert events[0].worker_id == survivor.worker_id
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[-1].usage.completion_tokens == 6
     await bus.close()
 
 
@@ -106,9 +107,9 @@ async def test_a_request_that_outlives_its_retry_budget_fails_explicitly(kind):
     # The third finds it past the budget: it fails it and runs nothing.
     assert await asyncio.to_thread(take, third_bus, third) == []
     events = [e async for e in stream_events(request.response_id, worker_id=first, bus=bus)]
-    assert [e["type"] for e in events] == ["failed"]
-    error = events[0]["error"]
-    assert error["code"] == "worker_lost" and "retry budget" in error["message"]
+    assert [e.type for e in events] == ["failed"]
+    error = events[0].error
+    assert error.code == "worker_lost" and "retry budget" in error.message
     await bus.close()
 
 
@@ -122,11 +123,11 @@ async def test_a_started_request_of_a_dead_worker_is_never_replayed(kind):
     await bus.submit(dead, request)
     assert worker_bus.poll(dead, 1000)[0]
     rid = request.response_id
-    choice = {"index": 0, "text": "a", "token_ids": [5], "logprobs": None, "finish_reason": None}
+    choice = ChoiceDelta(0, "a", (5,))
     worker_bus.publish_many(
         [
-            (rid, created_event(response_id=rid, model=model, worker_id=dead, prompt_tokens=3)),
-            (rid, delta_event(2, [choice])),
+            (rid, Created(response_id=rid, model=model, worker_id=dead, prompt_tokens=3)),
+            (rid, Delta(2, (choice,))),
         ]
     )
     peer_bus = _peer_bus(kind, worker_bus)
@@ -139,8 +140,8 @@ async def test_a_started_request_of_a_dead_worker_is_never_replayed(kind):
         taken += (await asyncio.to_thread(peer_bus.poll, peer, 200))[0]
     events = reader.result()
     assert time.monotonic() - started < 3 + LIVENESS_TTL
-    assert [e["type"] for e in events] == ["created", "delta", "failed"]
-    assert events[-1]["error"]["code"] == "worker_lost"
+    assert [e.type for e in events] == ["created", "delta", "failed"]
+    assert events[-1].error.code == "worker_lost"
     assert taken == []
     await bus.close()
 
@@ -170,6 +171,6 @@ async def test_a_long_engine_step_does_not_look_like_death(
     await bus.submit(loop.worker_id, request)
     events = await _collect(bus, request.response_id, loop.worker_id)
     assert slow["left"] == 0
-    assert events[-1]["type"] == "completed", events[-1]
-    assert events[0]["worker_id"] == loop.worker_id
+    assert events[-1].type == "completed", events[-1]
+    assert events[0].worker_id == loop.worker_id
     await bus.close()

@@ -14,12 +14,13 @@ import time
 import pytest
 import redis
 
-from inference.dispatch import dispatch_request, stream_events
-from tests.gpuworkers.buses import uid
-from tests.gpuworkers.conftest import MODEL
+from inference.relay.dispatch import dispatch_request, stream_events
+from tests.plugins.engine import MODEL
+from tests.wire.bus.buses import uid
 from wire.bus import BusUnavailable
 from wire.bus.redis_bus import RedisBus, RedisWorkerBus
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 
 pytestmark = [
     pytest.mark.slow,
@@ -84,19 +85,19 @@ async def test_streams_fail_clearly_while_redis_is_down_and_service_recovers(
         response_id=uid("resp"),
         model=MODEL,
         prompt_token_ids=prompt,
-        sampling={"max_tokens": 400, "ignore_eos": True},
+        sampling=Sampling(max_tokens=400, ignore_eos=True),
     )
     await dispatch_request(request, bus=bus)
     events = []
     restart = None
     async for event in stream_events(request.response_id, worker_id=loop.worker_id, bus=bus):
         events.append(event)
-        if restart is None and event["type"] == "delta":
+        if restart is None and event.type == "delta":
             procs[0].kill()
             procs[0].wait()
             restart = time.monotonic()
-    assert events[-1]["type"] == "failed"
-    assert events[-1]["error"]["code"] == "bus_unavailable"
+    assert events[-1].type == "failed"
+    assert events[-1].error.code == "bus_unavailable"
     assert time.monotonic() - restart < 10
     with pytest.raises(BusUnavailable):
         await dispatch_request(request, bus=bus)
@@ -110,14 +111,14 @@ async def test_streams_fail_clearly_while_redis_is_down_and_service_recovers(
         response_id=uid("resp"),
         model=MODEL,
         prompt_token_ids=prompt,
-        sampling={"max_tokens": 8, "temperature": 0.0},
+        sampling=Sampling(max_tokens=8, temperature=0.0),
     )
     assert (await dispatch_request(again, bus=bus)).worker_id == loop.worker_id
     finished = [
         e async for e in stream_events(again.response_id, worker_id=loop.worker_id, bus=bus)
     ]
-    assert finished[-1]["type"] == "completed"
-    assert finished[-1]["usage"]["completion_tokens"] == 8
+    assert finished[-1].type == "completed"
+    assert finished[-1].usage.completion_tokens == 8
     # The abandoned request no longer holds engine resources. The registry holds the
     # last heartbeat, which may predate `again` finishing, so wait for one after it:
     # an abandoned request still held would keep `running` above zero for good.

@@ -9,10 +9,11 @@ import time
 import pytest
 
 from gpuworkers.engine import SamplingParams
-from inference.dispatch import cancel_request, dispatch_request, stream_events
-from tests.gpuworkers.buses import BUS_KINDS, make_buses, uid
-from tests.gpuworkers.conftest import MODEL
+from inference.relay.dispatch import cancel_request, dispatch_request, stream_events
+from tests.plugins.engine import MODEL
+from tests.wire.bus.buses import BUS_KINDS, make_buses, uid
 from wire.requests import GenerationRequest
+from wire.sampling import Sampling
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +23,7 @@ def no_embedded_engine(settings):
 
 def _request(prompt: list[int], **sampling) -> GenerationRequest:
     return GenerationRequest(
-        response_id=uid("resp"), model=MODEL, prompt_token_ids=prompt, sampling=sampling
+        response_id=uid("resp"), model=MODEL, prompt_token_ids=prompt, sampling=Sampling(**sampling)
     )
 
 
@@ -33,7 +34,7 @@ async def _collect(bus, request: GenerationRequest, worker_id: str, **kwargs) ->
 
 
 def _deltas(events: list[dict], index: int) -> list[dict]:
-    return [c for e in events if e["type"] == "delta" for c in e["choices"] if c["index"] == index]
+    return [c for e in events if e.type == "delta" for c in e.choices if c.index == index]
 
 
 @pytest.mark.parametrize("kind", BUS_KINDS)
@@ -66,29 +67,29 @@ async def test_a_response_streams_created_deltas_and_one_terminal(kind, engine, 
     assert worker.worker_id == loop.worker_id
     events = await _collect(bus, request, worker.worker_id)
 
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-    assert events[0]["type"] == "created" and events[-1]["type"] == "completed"
-    assert {e["type"] for e in events[1:-1]} == {"delta"}
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[0].type == "created" and events[-1].type == "completed"
+    assert {e.type for e in events[1:-1]} == {"delta"}
     created = events[0]
-    assert (created["response_id"], created["worker_id"]) == (request.response_id, loop.worker_id)
-    assert created["prompt_tokens"] == len(prompt)
+    assert (created.response_id, created.worker_id) == (request.response_id, loop.worker_id)
+    assert created.prompt_tokens == len(prompt)
     choices = _deltas(events, 0)
-    assert "".join(c["text"] for c in choices) == expected.text
-    assert [t for c in choices for t in c["token_ids"]] == expected.token_ids
-    assert [c["finish_reason"] for c in choices].count(None) == len(choices) - 1
-    assert choices[-1]["finish_reason"] == expected.finish_reason
+    assert "".join(c.text for c in choices) == expected.text
+    assert [t for c in choices for t in c.token_ids] == expected.token_ids
+    assert [c.finish_reason for c in choices].count(None) == len(choices) - 1
+    assert choices[-1].finish_reason == expected.finish_reason
     # Logprob bytes are the tokens' real bytes: together they spell the text.
-    pairs = [(t, lp) for c in choices for t, lp in zip(c["token_ids"], c["logprobs"], strict=True)]
-    spelled = b"".join(bytes(lp["bytes"]) for t, lp in pairs if t not in engine.eos_token_ids)
+    pairs = [(t, lp) for c in choices for t, lp in zip(c.token_ids, c.logprobs, strict=True)]
+    spelled = b"".join(bytes(lp.bytes) for t, lp in pairs if t not in engine.eos_token_ids)
     assert spelled.decode("utf-8") == expected.text
-    assert all(lp["top_logprobs"][0]["token"] == lp["token"] for _, lp in pairs)
-    assert [lp["logprob"] for _, lp in pairs] == [lp.logprob for lp in expected.choices[0].logprobs]
+    assert all(lp.top_logprobs[0].token == lp.token for _, lp in pairs)
+    assert [lp.logprob for _, lp in pairs] == [lp.logprob for lp in expected.choices[0].logprobs]
     terminal = events[-1]
-    assert terminal["usage"]["prompt_tokens"] == len(prompt)
-    assert terminal["usage"]["completion_tokens"] == len(expected.token_ids)
-    assert terminal["finish_reasons"] == {"0": expected.finish_reason}
-    assert 0 <= terminal["metrics"]["ttft_ms"] <= terminal["metrics"]["duration_ms"]
-    assert "error" not in terminal
+    assert terminal.usage.prompt_tokens == len(prompt)
+    assert terminal.usage.completion_tokens == len(expected.token_ids)
+    assert terminal.finish_reasons == {0: expected.finish_reason}
+    assert 0 <= terminal.metrics.ttft_ms <= terminal.metrics.duration_ms
+    assert terminal.error is None
     # Resume after seq 2 replays exactly the rest, also after the end.
     assert await _collect(bus, request, worker.worker_id, after_seq=2) == events[2:]
     await bus.close()
@@ -113,16 +114,16 @@ async def test_n_choices_each_finish_once_and_usage_sums_them(serve, prompt_ids)
     total = 0
     for index in (0, 1):
         choices = _deltas(events, index)
-        reasons = [c["finish_reason"] for c in choices if c["finish_reason"]]
-        assert reasons == [choices[-1]["finish_reason"]] and reasons[0] in ("stop", "length")
-        tokens = [t for c in choices for t in c["token_ids"]]
-        logprobs = [lp for c in choices for lp in c["logprobs"]]
+        reasons = [c.finish_reason for c in choices if c.finish_reason]
+        assert reasons == [choices[-1].finish_reason] and reasons[0] in ("stop", "length")
+        tokens = [t for c in choices for t in c.token_ids]
+        logprobs = [lp for c in choices for lp in c.logprobs]
         assert len(logprobs) == len(tokens) > 0
-        assert all(len(lp["top_logprobs"]) == 2 and lp["logprob"] <= 0 for lp in logprobs)
-        assert all(isinstance(lp["bytes"], list) and lp["token"] for lp in logprobs)
+        assert all(len(lp.top_logprobs) == 2 and lp.logprob <= 0 for lp in logprobs)
+        assert all(isinstance(lp.bytes, tuple) and lp.token for lp in logprobs)
         total += len(tokens)
-    assert events[-1]["usage"]["completion_tokens"] == total
-    assert set(events[-1]["finish_reasons"]) == {"0", "1"}
+    assert events[-1].usage.completion_tokens == total
+    assert set(events[-1].finish_reasons) == {0, 1}
 
 
 @pytest.mark.parametrize("kind", BUS_KINDS)
@@ -136,13 +137,13 @@ async def test_abort_ends_cancelled_and_frees_the_kv_blocks(kind, engine, serve,
     events = []
     async for event in stream_events(request.response_id, worker_id=worker.worker_id, bus=bus):
         events.append(event)
-        if event["type"] == "delta" and len(events) == 3:
+        if event.type == "delta" and len(events) == 3:
             await cancel_request(request.response_id, worker_id=worker.worker_id, bus=bus)
     terminal = events[-1]
-    assert terminal["type"] == "cancelled"
-    assert terminal["finish_reasons"] == {"0": "abort"}
-    generated = sum(len(c["token_ids"]) for c in _deltas(events, 0))
-    assert 0 < terminal["usage"]["completion_tokens"] == generated < 400
+    assert terminal.type == "cancelled"
+    assert terminal.finish_reasons == {0: "abort"}
+    generated = sum(len(c.token_ids) for c in _deltas(events, 0))
+    assert 0 < terminal.usage.completion_tokens == generated < 400
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
         info = next(w for w in await bus.list_workers() if w.worker_id == loop.worker_id)
@@ -155,8 +156,9 @@ async def test_abort_ends_cancelled_and_frees_the_kv_blocks(kind, engine, serve,
 
 @pytest.mark.asyncio
 async def test_requests_the_engine_refuses_end_failed(serve, prompt_ids):
-    """Bad sampling, a grammar only the model's vocabulary can judge, or a
-    prompt too long: created, then failed with an invalid_request_error."""
+    """Bad sampling (a value past a limit the web tier would have refused), a
+    grammar only the model's vocabulary can judge, or a prompt too long:
+    created, then failed with an invalid_request_error."""
     bus, worker_bus = make_buses("memory")
     loop = serve(worker_bus)
     no_such_token = {"type": "grammar", "grammar": "start: <[999999]>"}
@@ -166,16 +168,16 @@ async def test_requests_the_engine_refuses_end_failed(serve, prompt_ids):
             _request(prompt_ids("Hi"), max_tokens=4, structured_output=no_such_token),
             "structured_output",
         ),
-        (_request(prompt_ids("Hi"), max_tokens=4, frequency=1), None),
+        (_request(prompt_ids("Hi"), max_tokens=4, repetition_penalty=5.0), "repetition_penalty"),
         (_request(list(range(100, 2100)), max_tokens=4), None),
     ]
     for request, param in cases:
         await dispatch_request(request, bus=bus)
         events = await _collect(bus, request, loop.worker_id)
-        assert [e["type"] for e in events] == ["created", "failed"]
-        error = events[-1]["error"]
-        assert (error["type"], error["param"]) == ("invalid_request_error", param)
-        assert error["message"]
+        assert [e.type for e in events] == ["created", "failed"]
+        error = events[-1].error
+        assert (error.type, error.param) == ("invalid_request_error", param)
+        assert error.message
     # Refused before anything was queued or allocated.
     assert not loop.engine.has_unfinished_requests()
     assert loop.engine.stats()["kv_blocks_used"] == 0
@@ -203,14 +205,14 @@ async def test_a_failing_step_fails_in_flight_responses_and_the_loop_goes_on(
     events = []
     async for event in stream_events(doomed.response_id, worker_id=loop.worker_id, bus=bus):
         events.append(event)
-        if event["type"] == "delta" and len(events) == 2:
+        if event.type == "delta" and len(events) == 2:
             fault["armed"] = True
-    assert events[-1]["type"] == "failed"
-    assert events[-1]["error"]["code"] == "engine_error"
-    assert fault["fired"] and events[-1]["usage"]["completion_tokens"] >= 1
+    assert events[-1].type == "failed"
+    assert events[-1].error.code == "engine_error"
+    assert fault["fired"] and events[-1].usage.completion_tokens >= 1
     after = _request(prompt_ids("Hi"), max_tokens=4, temperature=0.0)
     await dispatch_request(after, bus=bus)
-    assert (await _collect(bus, after, loop.worker_id))[-1]["type"] == "completed"
+    assert (await _collect(bus, after, loop.worker_id))[-1].type == "completed"
     assert not loop.stopped.is_set()
 
 
@@ -235,9 +237,9 @@ async def test_draining_finishes_running_work_refuses_new_and_deregisters(
     await bus.submit(loop.worker_id, late)
     gate.set()
     events += [e async for e in stream]
-    assert events[-1]["type"] == "completed"
-    assert events[-1]["usage"]["completion_tokens"] == 30
+    assert events[-1].type == "completed"
+    assert events[-1].usage.completion_tokens == 30
     late_events = await _collect(bus, late, loop.worker_id)
-    assert late_events[-1]["error"]["code"] == "worker_draining"
+    assert late_events[-1].error.code == "worker_draining"
     assert await asyncio.to_thread(loop.stopped.wait, 10)
     assert loop.worker_id not in {w.worker_id for w in await bus.list_workers()}

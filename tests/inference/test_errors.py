@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from inference import api as inference_api
+from inference.api import endpoints as inference_api
 from inference.errors import (
     InsufficientQuota,
     RateLimited,
@@ -13,7 +13,7 @@ from inference.errors import (
     error_param,
     validation_error_to_api_error,
 )
-from tests.inference.conftest import DEMO, auth
+from tests.plugins.request_path import DEMO, auth
 
 pytestmark = pytest.mark.django_db
 
@@ -136,7 +136,7 @@ def test_unexpected_error_in_an_endpoint_is_500_server_error(client, pro_key, mo
     async def broken(**kwargs):
         raise ZeroDivisionError("division by zero")
 
-    monkeypatch.setattr(inference_api.services, "chat_completion_start", broken)
+    monkeypatch.setattr(inference_api.services, "generation_start", broken)
     body = json.dumps({"model": DEMO, "messages": [{"role": "user", "content": "hi"}]})
     response = client.post(CHAT, body, content_type="application/json", **auth(pro_key))
     assert response.status_code == 500

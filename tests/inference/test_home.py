@@ -5,7 +5,7 @@ import pytest
 pytestmark = pytest.mark.django_db
 
 
-def test_home_lists_models_and_links(client):
+def test_home_lists_models_and_links(client, demo_model):
     response = client.get("/")
     assert response.status_code == 200
     body = response.content.decode()

@@ -13,9 +13,9 @@ from asgiref.sync import sync_to_async
 from prometheus_client.parser import text_string_to_metric_families
 
 import tenants.ratelimit as ratelimit
-from inference import relay
-from tests.inference.asgi_client import ASGIStream, asgi_post, sdk_client, sse_events
-from tests.inference.conftest import DEMO
+from inference.relay import tap as relay
+from tests.plugins.asgi_client import ASGIStream, asgi_post, sdk_client, sse_events
+from tests.plugins.request_path import DEMO
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -52,11 +52,9 @@ def value(samples: dict[tuple, float], name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-async def test_429s_are_counted_by_reason_tier_and_model(
-    worker_factory, api_key_factory, demo_model
-):
+async def test_429s_are_counted_by_reason_tier_and_model(fake_worker, api_key_factory, demo_model):
     """An rpm refusal and a budget refusal, each under its reason."""
-    worker_factory(tokens=1)
+    fake_worker(tokens=1)
     _, limited = await sync_to_async(api_key_factory)(tier="pro", rpm_limit=1)
     broke, _ = await sync_to_async(api_key_factory)(tier="enterprise")
     broke.tenant.monthly_budget = Decimal("0")
@@ -86,9 +84,9 @@ async def test_429s_are_counted_by_reason_tier_and_model(
     }
 
 
-async def test_a_streamed_response_is_counted_once_with_its_lags(worker_factory, pro_key):
+async def test_a_streamed_response_is_counted_once_with_its_lags(fake_worker, pro_key):
     """Ended completed, stream closed again, relay and settlement lag observed."""
-    worker_factory(tokens=3)
+    fake_worker(tokens=3)
     before = await scrape()
     stream = asgi_post(
         "/v1/chat/completions", pro_key, {"model": DEMO, "messages": MESSAGES, "stream": True}
@@ -121,8 +119,8 @@ async def test_a_streamed_response_is_counted_once_with_its_lags(worker_factory,
     assert any(key[0] == "django_db_execute_total" and v > 0 for key, v in after.items())
 
 
-async def test_no_web_metric_is_labelled_by_tenant_or_key(worker_factory, pro_key):
-    worker_factory(tokens=1)
+async def test_no_web_metric_is_labelled_by_tenant_or_key(fake_worker, pro_key):
+    fake_worker(tokens=1)
     await sdk_client(pro_key).chat.completions.create(model=DEMO, messages=MESSAGES, max_tokens=1)
     await relay.drain_background()
     # Web metrics only: in-process worker tests elsewhere leave llmp_worker_* (tier-labelled) series in the shared registry.

@@ -24,13 +24,13 @@ from asgiref.sync import sync_to_async
 from billing.models import UsageRecord
 from billing.services import usage_settle_pending
 from gpuworkers.worker import WorkerLoop
-from inference.schemas import ChatCompletionRequest
-from inference.services import chat_completion_start
+from inference.api.chat import chat_request
+from inference.api.schemas import ChatCompletionRequest
+from inference.services import generation_start
 from tenants.ratelimit import get_limiter, reset_limiters
 from tenants.selectors import api_key_authenticate
-from tests.gpuworkers.conftest import engine
 from tests.helpers import async_wait_until
-from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
+from tests.plugins.request_path import DEMO
 from tests.serving import serving_worker
 from wire.bus import get_worker_bus
 from wire.usage import get_usage_stream, reset_usage_streams
@@ -44,6 +44,7 @@ pytestmark = [
 
 @pytest.fixture
 def worker(engine, memory_bus):
+    """The demo engine on the in-process bus, with fresh usage streams and limiters."""
     reset_usage_streams()
     reset_limiters()
     with serving_worker(engine, DEMO, "settle") as loop:
@@ -63,10 +64,12 @@ async def test_a_response_whose_web_process_died_is_settled_once_from_the_worker
         temperature=0,
     )
     before = datetime.now(UTC)
-    tap = await chat_completion_start(api_key=api_key, request=request)
+    tenant = api_key.tenant
+    internal = chat_request(request, tenant=tenant)
+    tap = await generation_start(request=internal, tenant=tenant, api_key=api_key)
     response_id = tap.route.response_id
     first = await tap.next_event(timeout=60)
-    assert first is not None and first["type"] in ("created", "delta")
+    assert first is not None and first.type in ("created", "delta")
     # The web process goes away: its relay never reaches the terminal event.
     tap.task.cancel()
     stream = get_usage_stream()

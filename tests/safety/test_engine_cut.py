@@ -26,10 +26,9 @@ from asgiref.sync import sync_to_async
 
 from gpuworkers.worker import WorkerLoop
 from safety.services import tenant_safety_policy_update
-from tests.gpuworkers.conftest import engine
 from tests.helpers import async_wait_until
-from tests.inference.asgi_client import sdk_client
-from tests.inference.conftest import DEMO, close_db_threads, demo_model, memory_bus
+from tests.plugins.asgi_client import sdk_client
+from tests.plugins.request_path import DEMO
 from tests.serving import serving_worker
 from wire.bus import get_worker_bus
 

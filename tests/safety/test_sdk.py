@@ -12,12 +12,12 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from billing.models import UsageRecord
-from inference import relay
+from inference.relay import tap as relay
 from safety.models import SafetyEvent
 from safety.services import tenant_safety_policy_update
 from tests.helpers import async_wait_until
-from tests.inference.asgi_client import asgi_get, sdk_client, sse_events
-from tests.safety.conftest import DEMO
+from tests.plugins.asgi_client import asgi_get, sdk_client, sse_events
+from tests.plugins.request_path import DEMO
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -44,8 +44,8 @@ def events_of(tenant_id: int) -> list[SafetyEvent]:
     return list(SafetyEvent.objects.filter(tenant_id=tenant_id).order_by("id"))
 
 
-async def test_a_blocked_prompt_is_a_400_before_any_worker_sees_it(text_worker, api_key_factory):
-    worker = text_worker(["Hello", " there"])
+async def test_a_blocked_prompt_is_a_400_before_any_worker_sees_it(fake_worker, api_key_factory):
+    worker = fake_worker(texts=["Hello", " there"])
     raw, tenant_id = await new_key(api_key_factory)
     with pytest.raises(openai.BadRequestError) as error:
         await sdk_client(raw).chat.completions.create(
@@ -67,14 +67,14 @@ async def test_a_blocked_prompt_is_a_400_before_any_worker_sees_it(text_worker, 
 
 
 async def test_a_reply_is_cut_with_content_filter_mid_stream_across_a_token_boundary(
-    text_worker, api_key_factory
+    fake_worker, api_key_factory
 ):
     """The deny-listed phrase arrives as "bl" + "ue wh" + "ale": the client
     never gets "ale", the stream ends content_filter, the worker is told to
     abort (freeing its KV) while it still generates, and usage counts the
     three tokens that were sent."""
     texts = ["I saw a ", "bl", "ue wh", "ale", " today", " and", " then", " more", " text"]
-    worker = text_worker(texts, pace=0.3)
+    worker = fake_worker(texts=texts, interval=0.3)
     raw, tenant_id = await new_key(api_key_factory, deny_terms="blue whale", deny_action="block")
     stream = await sdk_client(raw).chat.completions.create(
         model=DEMO,
@@ -107,10 +107,10 @@ async def test_a_reply_is_cut_with_content_filter_mid_stream_across_a_token_boun
 
 
 async def test_the_classifier_cuts_a_reply_and_a_resume_shows_the_same_ending(
-    text_worker, api_key_factory
+    fake_worker, api_key_factory
 ):
     texts = ["Sure.", " You are", " a fu", "cking", " idiot", " and", " more"]
-    text_worker(texts)
+    fake_worker(texts=texts)
     raw, _ = await new_key(api_key_factory)
     completion = await sdk_client(raw).chat.completions.create(
         model=DEMO, messages=[{"role": "user", "content": "Be honest."}]
@@ -127,12 +127,12 @@ async def test_the_classifier_cuts_a_reply_and_a_resume_shows_the_same_ending(
     assert frames[-1]["choices"][0]["finish_reason"] == "content_filter"
 
 
-async def test_pii_is_redacted_before_the_model_sees_the_prompt(text_worker, api_key_factory):
+async def test_pii_is_redacted_before_the_model_sees_the_prompt(fake_worker, api_key_factory):
     from fleet.models import ServedModel
     from fleet.selectors import served_model_dir
-    from gpuworkers.engine.tokenizer import load_tokenizer
+    from tokenization.tokenizer import load_tokenizer
 
-    worker = text_worker(["Done."])
+    worker = fake_worker(texts=["Done."])
     raw, tenant_id = await new_key(api_key_factory, store_text=True, pii_action="redact")
     prompt = "Email jane.doe@example.com or call 415-555-0132 about card 4111 1111 1111 1111."
     completion = await sdk_client(raw).chat.completions.create(
@@ -156,8 +156,8 @@ async def test_pii_is_redacted_before_the_model_sees_the_prompt(text_worker, api
     assert "<EMAIL_ADDRESS>" in event.text and "jane.doe" not in event.text
 
 
-async def test_a_deny_list_is_the_tenants_own(text_worker, api_key_factory):
-    worker = text_worker(["Noted."])
+async def test_a_deny_list_is_the_tenants_own(fake_worker, api_key_factory):
+    worker = fake_worker(texts=["Noted."])
     raw_a, _ = await new_key(api_key_factory, deny_terms="Project Nightingale\nbluebird")
     raw_b, _ = await new_key(api_key_factory)
     messages = [{"role": "user", "content": "Status of project  nightingale?"}]
@@ -169,8 +169,8 @@ async def test_a_deny_list_is_the_tenants_own(text_worker, api_key_factory):
     assert len(worker.received) == 1
 
 
-async def test_a_flag_only_policy_records_the_prompt_and_serves_it(text_worker, api_key_factory):
-    worker = text_worker(["Fine."])
+async def test_a_flag_only_policy_records_the_prompt_and_serves_it(fake_worker, api_key_factory):
+    worker = fake_worker(texts=["Fine."])
     raw, tenant_id = await new_key(api_key_factory, classifier_action="flag")
     completion = await sdk_client(raw).chat.completions.create(
         model=DEMO, messages=[{"role": "user", "content": INSULT}]

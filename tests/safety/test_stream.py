@@ -3,17 +3,14 @@
 from safety.checks import CLASSIFIER, DENY_LIST
 from safety.policy import Action, Policy
 from safety.stream import ReplyScreen
-from wire.events import delta_event
+from wire.events import ChoiceDelta, Delta
 
 DENY = Policy(classifier=Action.OFF, deny=Action.BLOCK, deny_terms=("blue whale",))
 CLASSIFIER_ONLY = Policy(classifier=Action.BLOCK, threshold=0.8, deny=Action.OFF)
 
 
 def deltas(*texts: str) -> list[dict]:
-    return [
-        delta_event(i + 2, [{"index": 0, "text": t, "token_ids": [i], "finish_reason": None}])
-        for i, t in enumerate(texts)
-    ]
+    return [Delta(i + 2, (ChoiceDelta(0, t, (i,)),)) for i, t in enumerate(texts)]
 
 
 def run(screen: ReplyScreen, events: list[dict]) -> tuple[list[str], object]:
@@ -21,11 +18,11 @@ def run(screen: ReplyScreen, events: list[dict]) -> tuple[list[str], object]:
     shown = []
     for event in events:
         result = screen.feed(event)
-        shown += [e["choices"][0]["text"] for e in result.release]
+        shown += [e.choices[0].text for e in result.release]
         if result.cut is not None:
             return shown, result.cut
     result = screen.finish()
-    shown += [e["choices"][0]["text"] for e in result.release]
+    shown += [e.choices[0].text for e in result.release]
     return shown, result.cut
 
 

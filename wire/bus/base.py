@@ -3,15 +3,16 @@
 Two implementations sit behind it: Redis Streams (multi-process,
 ``redis_bus``) and an in-process bus (embedded mode, ``memory_bus``). The
 web tier and the worker loop only ever see this interface. What travels on
-it is defined in ``wire.requests``, ``wire.events`` and ``wire.workers``.
+it is defined in ``wire.requests``, ``wire.events`` and ``wire.workers``, and
+encoded by ``wire.codec``.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Protocol
 
-from wire.events import TERMINAL_EVENTS
+from wire.events import Event, Terminal
 from wire.requests import GenerationRequest
 from wire.workers import WorkerInfo
 
@@ -47,19 +48,17 @@ class Bus(Protocol):
 
     async def submit(self, worker_id: str, request: GenerationRequest) -> None: ...
 
-    async def read_events(
-        self, response_id: str, after_seq: int, block_ms: int
-    ) -> list[dict[str, Any]]:
+    async def read_events(self, response_id: str, after_seq: int, block_ms: int) -> list[Event]:
         """Events with seq > after_seq, waiting up to block_ms for the first.
 
         ``block_ms`` 0 means do not wait at all (unlike Redis' BLOCK 0).
         """
         ...
 
-    async def publish_if_open(self, response_id: str, event: dict[str, Any]) -> bool:
+    async def publish_if_open(self, response_id: str, event: Terminal) -> bool:
         """Append a terminal event unless the stream already has one.
 
-        The bus assigns ``seq`` (one past the stream's last event), atomically
+        The bus assigns ``seq`` (``event.seq`` is ignored) (one past the stream's last event), atomically
         with the check, so a worker finishing at the same moment and this
         call never both land. True when this event became the terminal one.
         """
@@ -119,11 +118,11 @@ class WorkerBus(Protocol):
         when there is none, come back to be failed (then ``ack`` them)."""
         ...
 
-    def publish(self, response_id: str, event: dict[str, Any]) -> bool:
+    def publish(self, response_id: str, event: Event) -> bool:
         """Append one event; False when the stream already ended (dropped)."""
         ...
 
-    def publish_many(self, batch: list[tuple[str, dict[str, Any]]]) -> set[str]:
+    def publish_many(self, batch: list[tuple[str, Event]]) -> set[str]:
         """Append events in order, in one round trip.
 
         Events for a stream that already has a terminal event (the web tier
@@ -135,12 +134,12 @@ class WorkerBus(Protocol):
 
 async def iterate_events(
     bus: Bus, response_id: str, after_seq: int = 0, block_ms: int = 1000
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[Event]:
     """Yield events after ``after_seq`` until (and including) the terminal one."""
     seq = after_seq
     while True:
         for event in await bus.read_events(response_id, seq, block_ms):
-            seq = event["seq"]
+            seq = event.seq
             yield event
-            if event["type"] in TERMINAL_EVENTS:
+            if isinstance(event, Terminal):
                 return

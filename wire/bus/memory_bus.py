@@ -22,11 +22,11 @@ import json
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from wire.bus.base import LIVENESS_TTL, MAX_DELIVERIES, RECLAIM_INTERVAL, RECLAIM_MIN_IDLE_MS
-from wire.events import TERMINAL_EVENTS, EventType, retries_spent_error, terminal_event
+from wire.codec import decode_event, decode_request, encode_event, encode_request
+from wire.events import Event, EventType, Terminal, retries_spent_error
 from wire.requests import GenerationRequest
 from wire.workers import WorkerInfo
 
@@ -82,14 +82,12 @@ class MemoryBus:
     # -- web side (async) ---------------------------------------------------
 
     async def submit(self, worker_id: str, request: GenerationRequest) -> None:
-        payload = json.dumps(request.to_dict())
+        payload = encode_request(request)
         with self._inbox_ready:
             self._inboxes.setdefault(worker_id, _Inbox()).requests.append(payload)
             self._inbox_ready.notify_all()
 
-    async def read_events(
-        self, response_id: str, after_seq: int, block_ms: int
-    ) -> list[dict[str, Any]]:
+    async def read_events(self, response_id: str, after_seq: int, block_ms: int) -> list[Event]:
         deadline = time.monotonic() + block_ms / 1000
         loop = asyncio.get_running_loop()
         while True:
@@ -97,7 +95,7 @@ class MemoryBus:
             with self._lock:
                 stream = self._live_stream(response_id)
                 if stream is not None and len(stream.events) > after_seq:
-                    return [json.loads(e) for e in stream.events[after_seq:]]
+                    return [decode_event(e) for e in stream.events[after_seq:]]
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return []
@@ -116,14 +114,14 @@ class MemoryBus:
                     if (stream := self._streams.get(response_id)) is not None:
                         stream.waiters = [w for w in stream.waiters if w[1] is not wake]
 
-    async def publish_if_open(self, response_id: str, event: dict[str, Any]) -> bool:
+    async def publish_if_open(self, response_id: str, event: Terminal) -> bool:
         with self._lock:
             stream = self._live_stream(response_id)
             if stream is None:
                 stream = self._streams[response_id] = _Stream()
             if stream.terminal_seq is not None:
                 return False
-            self._append(stream, {**event, "seq": len(stream.events) + 1})
+            self._append(stream, replace(event, seq=len(stream.events) + 1))
             return True
 
     async def request_abort(self, worker_id: str, response_id: str) -> None:
@@ -220,17 +218,17 @@ class MemoryBus:
                 taken.append(self._take(worker_id, worker_id, inbox.requests.popleft(), 1))
             return taken
 
-    def publish(self, response_id: str, event: dict[str, Any]) -> bool:
+    def publish(self, response_id: str, event: Event) -> bool:
         return response_id not in self.publish_many([(response_id, event)])
 
-    def publish_many(self, batch: list[tuple[str, dict[str, Any]]]) -> set[str]:
+    def publish_many(self, batch: list[tuple[str, Event]]) -> set[str]:
         closed: set[str] = set()
         with self._lock:
             for response_id, event in batch:
                 stream = self._live_stream(response_id)
                 if stream is None:
                     stream = self._streams[response_id] = _Stream()
-                if stream.terminal_seq is not None or event["seq"] != len(stream.events) + 1:
+                if stream.terminal_seq is not None or event.seq != len(stream.events) + 1:
                     closed.add(response_id)
                     continue
                 self._append(stream, event)
@@ -246,7 +244,7 @@ class MemoryBus:
         return self._heartbeats.get(worker_id, 0.0) > now and live > now
 
     def _take(self, worker_id: str, origin: str, payload: str, deliveries: int):
-        request = GenerationRequest.from_dict(json.loads(payload))
+        request = decode_request(payload)
         pending = _Pending(payload, deliveries, worker_id, time.monotonic())
         self._inboxes[origin].pending[request.response_id] = pending
         self._taken.setdefault(worker_id, {})[request.response_id] = origin
@@ -275,16 +273,16 @@ class MemoryBus:
                         self._taken.get(held.holder, {}).pop(response_id, None)
                         found.append((held.payload, held.deliveries))
             for payload, deliveries in found:
-                response_id = json.loads(payload)["response_id"]
+                response_id = decode_request(payload).response_id
                 stream = self._live_stream(response_id)
                 if stream is not None and stream.events:
                     continue  # started: never replayed
                 ending = None
                 if response_id in inbox.aborts:
-                    ending = terminal_event(EventType.CANCELLED, 1)
+                    ending = Terminal(EventType.CANCELLED, 1)
                 elif deliveries + 1 > MAX_DELIVERIES:
                     error = retries_spent_error(deliveries)
-                    ending = terminal_event(EventType.FAILED, 1, error=error)
+                    ending = Terminal(EventType.FAILED, 1, error=error)
                 if ending is None:
                     taken.append(self._take(worker_id, peer, payload, deliveries + 1))
                     continue
@@ -292,10 +290,10 @@ class MemoryBus:
                 self._append(stream, ending)
         return taken
 
-    def _append(self, stream: _Stream, event: dict[str, Any]) -> None:
-        stream.events.append(json.dumps(event))
-        if event["type"] in TERMINAL_EVENTS:
-            stream.terminal_seq = event["seq"]
+    def _append(self, stream: _Stream, event: Event) -> None:
+        stream.events.append(encode_event(event))
+        if isinstance(event, Terminal):
+            stream.terminal_seq = event.seq
             stream.expires_at = time.monotonic() + self.response_ttl
         else:
             stream.expires_at = time.monotonic() + OPEN_STREAM_TTL

@@ -15,7 +15,7 @@ from wire.usage.entry import (
     InvalidUsageEntry,
     UsageEntry,
     UsageTag,
-    usage_entry_from_terminal,
+    usage_entry,
 )
 from wire.usage.memory_stream import MemoryUsageStream
 
@@ -31,7 +31,7 @@ __all__ = [
     "UsageTag",
     "get_usage_stream",
     "reset_usage_streams",
-    "usage_entry_from_terminal",
+    "usage_entry",
 ]
 
 _lock = threading.Lock()

@@ -16,7 +16,7 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from wire.events import EventType
+from wire.events import EventType, Terminal, TokenUsage
 
 # Version of the entry's JSON: a settler refuses entries of a newer schema
 # rather than misread them.
@@ -25,8 +25,7 @@ SCHEMA_VERSION = 1
 STATUSES = frozenset(
     {EventType.COMPLETED, EventType.INCOMPLETE, EventType.FAILED, EventType.CANCELLED}
 )
-# The finish reason a record gets when the terminal event names none (as
-# the relay's UsageLedger does).
+# The finish reason a record gets when the terminal event names none.
 DEFAULT_FINISH_REASON = {
     EventType.FAILED: "error",
     EventType.CANCELLED: "abort",
@@ -156,36 +155,41 @@ def _ms(value: float | None) -> int | None:
     return None if value is None else max(0, round(value))
 
 
-def usage_entry_from_terminal(
+def usage_entry(
     *,
     response_id: str,
     tenant_id: int,
     model: str,
     tag: UsageTag,
-    terminal: dict[str, Any],
+    terminal: Terminal,
     created_at: float,
     finished_at: float,
+    usage: TokenUsage | None = None,
     worker_id: str = "",
     model_version: str = "",
 ) -> UsageEntry:
-    """The entry for a response's terminal event (built as the relay reads it)."""
-    status = EventType(terminal["type"])
-    usage = terminal.get("usage") or {}
-    metrics = terminal.get("metrics") or {}
-    prompt = int(usage.get("prompt_tokens") or 0)
-    reasons = terminal.get("finish_reasons") or {}
+    """The one usage record of a response, from its terminal event.
+
+    ``usage`` replaces the terminal's token counts when the reader counted
+    better (the relay's, for an ending that carries none). The worker and
+    the relay both build their entries here; billing writes the record from
+    the entry (``billing.services.settlement``), nowhere else.
+    """
+    tokens = terminal.usage if usage is None else usage
+    metrics = terminal.metrics
+    status = EventType(terminal.type)
     return UsageEntry(
         response_id=response_id,
         tenant_id=tenant_id,
         model=model,
         status=status.value,
-        finish_reason=reasons.get("0") or DEFAULT_FINISH_REASON[status],
-        prompt_tokens=prompt,
-        cached_tokens=min(prompt, int(usage.get("cached_tokens") or 0)),
-        completion_tokens=int(usage.get("completion_tokens") or 0),
-        queue_time_ms=_ms(metrics.get("queue_time_ms")) or 0,
-        ttft_ms=_ms(metrics.get("ttft_ms")),
-        duration_ms=_ms(metrics.get("duration_ms")) or 0,
+        finish_reason=terminal.finish_reason or DEFAULT_FINISH_REASON[status],
+        prompt_tokens=tokens.prompt_tokens,
+        cached_tokens=min(tokens.prompt_tokens, tokens.cached_tokens),
+        completion_tokens=tokens.completion_tokens,
+        queue_time_ms=_ms(metrics.queue_time_ms) or 0,
+        ttft_ms=_ms(metrics.ttft_ms),
+        duration_ms=_ms(metrics.duration_ms) or 0,
         created_at=created_at,
         finished_at=finished_at,
         worker_id=worker_id,

@@ -14,6 +14,6 @@ docs/benchmarks.md, "Structured output".
 
 from gpuworkers.engine.structured.compiler import CompiledGrammar, GrammarCompiler
 from gpuworkers.engine.structured.matcher import GrammarState, allowed_tokens
-from gpuworkers.engine.structured.spec import normalize
+from sampling_rules.structured import normalize
 
 __all__ = ["CompiledGrammar", "GrammarCompiler", "GrammarState", "allowed_tokens", "normalize"]

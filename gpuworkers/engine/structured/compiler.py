@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpuworkers.engine.structured.matcher import GrammarState
-from gpuworkers.engine.structured.spec import canonical_key, check, grammar_for, normalize
+from sampling_rules.structured import canonical_key, check, grammar_for, normalize
 
 DEFAULT_CAPACITY = 128
 

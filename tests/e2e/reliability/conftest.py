@@ -30,7 +30,7 @@ from django.conf import settings
 from tenants.ratelimit.redis_limiter import RedisLimiter
 
 # As a module: importing its ``test_db_url`` by name would collect it as a test.
-from tests.e2e import conftest as e2e
+from tests.plugins import topology as e2e
 from tests.private_redis import PrivateRedis
 from wire.bus.redis_bus import RedisBus
 from wire.workers import WorkerInfo

@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from billing.models import UsageRecord
-from tests.e2e import conftest as e2e
 from tests.e2e.reliability.sse import chat_body, frames, response_id_of, tokens_in
+from tests.plugins import topology as e2e
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db, pytest.mark.timeout(900)]
 

@@ -13,7 +13,7 @@ from gpuworkers.engine import EngineConfig, LLMEngine
 from gpuworkers.engine.convert_gguf import ensure_demo_model
 from gpuworkers.engine.cpu.build import cpu_library
 from gpuworkers.engine.models.loader import load_model
-from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
+from tokenization.tokenizer import apply_chat_template, load_tokenizer
 
 CHAT_PROMPTS = [
     "What is 2 + 2?",

@@ -96,7 +96,7 @@ def test_half_precisions_run_and_stay_close(tmp_path, demo_dir, dtype):
 
 def test_demo_model_answers_the_capital_of_france(make_engine, tokenizer):
     """What a new user tries first: float32 greedy on the chat template."""
-    from gpuworkers.engine.tokenizer import apply_chat_template
+    from tokenization.tokenizer import apply_chat_template
 
     engine = make_engine()
     prompt = apply_chat_template(

@@ -289,7 +289,7 @@ def test_pack_linears_swaps_every_linear():
 def test_bfloat16_engine_answers_the_demo_question_on_both_paths(demo_dir):
     """End to end in bfloat16: fast paths on (kernels, packing) and off."""
     from gpuworkers.engine import LLMEngine, SamplingParams
-    from gpuworkers.engine.tokenizer import apply_chat_template
+    from tokenization.tokenizer import apply_chat_template
 
     for fast in (True, False):
         engine = LLMEngine.from_pretrained(

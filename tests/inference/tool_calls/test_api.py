@@ -4,7 +4,6 @@ reading tool calls whole and streamed (scripted text, then the real model)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -12,12 +11,10 @@ from asgiref.sync import sync_to_async
 from billing.models import UsageRecord
 from config import embedded as embedded_setup
 from gpuworkers import embedded
-from inference.relay import drain_background
-from tests.inference.asgi_client import sdk_client
-from tests.inference.conftest import DEMO, ScriptedWorker, auth
+from inference.relay.tap import drain_background
+from tests.plugins.asgi_client import sdk_client
+from tests.plugins.request_path import DEMO, auth
 from wire.bus import reset_buses
-from wire.events import EventType, created_event, delta_event, terminal_event, usage_body
-from wire.requests import GenerationRequest
 
 CHAT = "/v1/chat/completions"
 HI = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -55,34 +52,6 @@ PIECES = [
     'ris"}}\n</tool_call>\n<tool_call>{"name": "get_weather", ',
     '"arguments": {"city": "Oslo"}}</tool_call>',
 ]
-
-
-@dataclass
-class CannedWorker(ScriptedWorker):
-    """Streams ``pieces`` as one choice's text, then stops."""
-
-    pieces: list[str] = field(default_factory=lambda: list(PIECES))
-
-    def _answer(self, request: GenerationRequest) -> None:
-        rid, prompt = request.response_id, len(request.prompt_token_ids)
-        self.bus.publish(
-            rid,
-            created_event(
-                response_id=rid, model=self.model, worker_id=self.worker_id, prompt_tokens=prompt
-            ),
-        )
-        for step, piece in enumerate(self.pieces):
-            last = step == len(self.pieces) - 1
-            choice = {"index": 0, "text": piece, "token_ids": [100 + step], "logprobs": None}
-            choice["finish_reason"] = "stop" if last else None
-            self.bus.publish(rid, delta_event(step + 2, [choice]))
-        usage = usage_body(prompt_tokens=prompt, completion_tokens=len(self.pieces))
-        self.bus.publish(
-            rid,
-            terminal_event(
-                EventType.COMPLETED, len(self.pieces) + 2, usage=usage, finish_reasons={"0": "stop"}
-            ),
-        )
 
 
 def post(client, key, **fields):
@@ -138,8 +107,8 @@ def post(client, key, **fields):
         ),
     ],
 )
-def test_bad_tool_parameters_are_400_naming_them(client, pro_key, worker_factory, fields, param):
-    worker = worker_factory()
+def test_bad_tool_parameters_are_400_naming_them(client, pro_key, fake_worker, fields, param):
+    worker = fake_worker()
     response = post(client, pro_key, **fields)
     assert response.status_code == 400, response.content
     error = json.loads(response.content)["error"]
@@ -149,10 +118,9 @@ def test_bad_tool_parameters_are_400_naming_them(client, pro_key, worker_factory
 
 
 @pytest.fixture
-def canned(memory_bus):
-    worker = CannedWorker(worker_id="canned-worker").start()
-    yield worker
-    worker.stop()
+def canned(fake_worker):
+    """Streams PIECES as one choice's text, one token each, then stops."""
+    return fake_worker(texts=list(PIECES), worker_id="canned-worker")
 
 
 @pytest.mark.asyncio

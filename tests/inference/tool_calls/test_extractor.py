@@ -5,6 +5,7 @@ import json
 import pytest
 
 from inference.tool_calls.extractor import ToolCallExtractor, merge_tool_calls, parse_tool_calls
+from inference.tool_calls.records import ToolCall, ToolCallDelta
 from inference.tool_calls.setup import ARGUMENTS, LIST, TAGGED, ToolParsing
 
 AUTO = ToolParsing(TAGGED, ("get_weather", "add"))
@@ -18,8 +19,8 @@ def parse(text: str, parsing: ToolParsing = AUTO):
     return parse_tool_calls(text, parsing, ids)
 
 
-def call(k: int, name: str, arguments: str) -> dict:
-    return {"id": ids(k), "type": "function", "function": {"name": name, "arguments": arguments}}
+def call(k: int, name: str, arguments: str) -> ToolCall:
+    return ToolCall(ids(k), name, arguments)
 
 
 def test_a_single_hermes_call_has_no_content():
@@ -39,7 +40,7 @@ def test_parallel_calls_in_blocks_and_in_a_list_keep_their_order_and_the_text_ar
         call(0, "get_weather", '{"city": "Pa}ris\\"x"}'),
         call(1, "add", '{"a": [1, 2]}'),
     ]
-    assert [json.loads(c["function"]["arguments"]) for c in calls][0] == {"city": 'Pa}ris"x'}
+    assert [json.loads(c.arguments) for c in calls][0] == {"city": 'Pa}ris"x'}
     listed = (
         '<tool_call>[{"name": "get_weather", "arguments": {"city": "Oslo"}}, '
         '{"name": "add", "parameters": {}}]</tool_call>'
@@ -127,15 +128,16 @@ def test_a_stream_split_at_any_character_reassembles_to_the_whole_texts_calls(te
     content, calls, deltas = streamed(text, list(range(1, len(text))))
     assert (content, calls) == whole
     # Each call's first delta names it; the rest carry only argument text.
-    firsts = [d for d in deltas if "id" in d]
-    assert [d["function"]["name"] for d in firsts] == [c["function"]["name"] for c in whole[1]]
-    assert all(set(d) == {"index", "function"} for d in deltas if "id" not in d)
+    firsts = [d for d in deltas if d.id is not None]
+    assert [d.name for d in firsts] == [c.name for c in whole[1]]
+    assert all(d.name is None for d in deltas if d.id is None)
 
 
 def test_the_name_goes_out_before_the_arguments_end():
     extractor = ToolCallExtractor(AUTO, ids)
     first = extractor.feed('<tool_call>{"name": "add", "arguments": {"a": ')
-    assert first.tool_calls == [
+    assert first.tool_calls == [ToolCallDelta(0, '{"a": ', id="call_0", name="add")]
+    assert [d.payload() for d in first.tool_calls] == [
         {
             "index": 0,
             "id": "call_0",
@@ -143,6 +145,5 @@ def test_the_name_goes_out_before_the_arguments_end():
             "function": {"name": "add", "arguments": '{"a": '},
         }
     ]
-    assert extractor.feed("12}}</tool_call>").tool_calls == [
-        {"index": 0, "function": {"arguments": "12}"}}
-    ]
+    later = extractor.feed("12}}</tool_call>").tool_calls
+    assert [d.payload() for d in later] == [{"index": 0, "function": {"arguments": "12}"}}]

@@ -1,7 +1,7 @@
 """What each tool_choice asks of the prompt, the sampler and the parser."""
 
-from inference.schemas import ChatCompletionRequest
-from inference.tool_calls.setup import tool_setup
+from inference.api.schemas import ChatCompletionRequest
+from inference.tool_calls.setup import ToolParsing, tool_setup
 
 WEATHER = {
     "type": "function",
@@ -28,12 +28,7 @@ def test_auto_renders_the_tools_reads_tagged_calls_and_leaves_sampling_free():
         setup = tool_setup(request(tool_choice=choice))
         assert setup.template_tools == [WEATHER, ADD]
         assert setup.structured_output is None
-        assert setup.parsing.to_dict() == {
-            "mode": "tagged",
-            "names": ["get_weather", "add"],
-            "parallel": True,
-            "name": None,
-        }
+        assert setup.parsing == ToolParsing("tagged", ("get_weather", "add"), parallel=True)
 
 
 def test_none_renders_no_tools_and_reads_plain_text():

@@ -3,10 +3,13 @@
 import pytest
 
 from fleet.selectors import served_model_dir
-from gpuworkers.engine.tokenizer import apply_chat_template, load_tokenizer
+from inference.api.chat import chat_request
+from inference.api.schemas import ChatCompletionRequest
 from inference.errors import InvalidRequest
-from inference.prompts import chat_prompt_prepare
-from inference.schemas import ChatCompletionRequest
+from inference.prompts.prepare import prompt_prepare
+from inference.request import ChatPrompt
+from tenants.models import Tenant
+from tokenization.tokenizer import apply_chat_template, load_tokenizer
 
 pytestmark = pytest.mark.django_db
 
@@ -44,9 +47,16 @@ ROUND_TRIP = [
 ]
 
 
+def chat_prompt_prepare(*, request, model, tier):
+    """Prepare ``request`` (the chat schema) as the chat endpoint would."""
+    internal = chat_request(request, tenant=Tenant(pk=1, tier=tier))
+    assert isinstance(internal.prompt, ChatPrompt)
+    return internal, prompt_prepare(request=internal, model=model, tier=tier)
+
+
 def rendered(demo_model, tiers, **fields) -> str:
     request = ChatCompletionRequest(model="m", **fields)
-    prepared = chat_prompt_prepare(request=request, model=demo_model, tier=tiers["pro"])
+    _, prepared = chat_prompt_prepare(request=request, model=demo_model, tier=tiers["pro"])
     return load_tokenizer(str(served_model_dir(model=demo_model))).decode(prepared.prompt_token_ids)
 
 
@@ -78,10 +88,10 @@ def test_tool_choice_none_keeps_the_history_but_lists_no_tools(demo_model, tiers
 def test_a_request_without_tools_renders_with_the_models_own_template(demo_model, tiers):
     messages = [{"role": "user", "content": "hi"}]
     request = ChatCompletionRequest(model="m", messages=messages)
-    prepared = chat_prompt_prepare(request=request, model=demo_model, tier=tiers["pro"])
+    internal, prepared = chat_prompt_prepare(request=request, model=demo_model, tier=tiers["pro"])
     tokenizer = load_tokenizer(str(served_model_dir(model=demo_model)))
     assert prepared.prompt_token_ids == apply_chat_template(tokenizer, messages)
-    assert prepared.tool_parsing is None and prepared.sampling["structured_output"] is None
+    assert internal.prompt.tool_parsing is None and prepared.sampling.structured_output is None
 
 
 def test_a_forced_tool_call_cannot_also_take_a_response_format(demo_model, tiers):
@@ -105,5 +115,5 @@ def test_a_forced_tool_call_cannot_also_take_a_response_format(demo_model, tiers
             model="m", messages=messages, response_format={"type": "json_object"}
         ),
     ):
-        prepared = chat_prompt_prepare(request=alone, model=demo_model, tier=tiers["pro"])
-        assert prepared.sampling["structured_output"] is not None
+        _, prepared = chat_prompt_prepare(request=alone, model=demo_model, tier=tiers["pro"])
+        assert prepared.sampling.structured_output is not None

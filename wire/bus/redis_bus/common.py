@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from typing import Any
 
 import redis
 
 from wire.bus.base import BusUnavailable
+from wire.codec import decode_event
+from wire.events import Event
 
 WORKERS_KEY = "llm:workers"
 # Open streams (worker still writing) expire this long after the last event,
@@ -124,8 +125,13 @@ def unavailable_as_bus_error() -> Iterator[None]:
         raise BusUnavailable(f"Redis is unavailable: {exc}") from exc
 
 
-def _decode_events(reply: Any) -> list[dict[str, Any]]:
+def decode_entries(entries: Any) -> list[Event]:
+    """The events of one stream's XREAD entries: ``[(id, {"e": json}), ...]``."""
+    return [decode_event(fields["e"]) for _, fields in entries]
+
+
+def _decode_events(reply: Any) -> list[Event]:
     if not reply:
         return []
     # XREAD reply: [[key, [(id, {field: value}), ...]]]
-    return [json.loads(fields["e"]) for _, fields in reply[0][1]]
+    return decode_entries(reply[0][1])

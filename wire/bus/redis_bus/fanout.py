@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from wire.bus.base import BusUnavailable
-from wire.events import TERMINAL_EVENTS
+from wire.bus.redis_bus.common import decode_entries
+from wire.events import Event, Terminal
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class _Stream:
     def __init__(self, after_seq: int, now: float):
         self.base = after_seq  # the buffer holds every event in (base, cursor]
         self.cursor = after_seq  # the shared XREAD reads after 0-{cursor}
-        self.events: list[dict[str, Any]] = []
+        self.events: list[Event] = []
         self.ended = False  # terminal event seen: no longer read
         self.error: Exception | None = None
         self.changed = asyncio.Event()
@@ -70,10 +70,10 @@ class _Stream:
         self.changed.set()
         self.changed = asyncio.Event()
 
-    def take(self, after_seq: int) -> list[dict[str, Any]]:
+    def take(self, after_seq: int) -> list[Event]:
         """The buffered events after ``after_seq`` (which is >= base)."""
         if after_seq > self.base:
-            self.events = [e for e in self.events if e["seq"] > after_seq]
+            self.events = [e for e in self.events if e.seq > after_seq]
             self.base = min(after_seq, self.cursor)
         return list(self.events)
 
@@ -95,7 +95,7 @@ class StreamFanout:
         self._swept_at = 0.0
         self._closed = False
 
-    async def read(self, key: str, after_seq: int, block_s: float) -> list[dict[str, Any]]:
+    async def read(self, key: str, after_seq: int, block_s: float) -> list[Event]:
         """Events of stream ``key`` after ``after_seq``, waiting up to ``block_s``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_s
@@ -111,7 +111,7 @@ class StreamFanout:
             events = stream.take(after_seq)
             if events:
                 if (
-                    events[-1]["type"] in TERMINAL_EVENTS
+                    isinstance(events[-1], Terminal)
                     and not stream.waiters
                     and self._streams.get(key) is stream
                 ):
@@ -172,10 +172,10 @@ class StreamFanout:
                 await pipe.execute()
         return stream
 
-    async def _direct(self, key: str, after_seq: int, block_s: float) -> list[dict[str, Any]]:
+    async def _direct(self, key: str, after_seq: int, block_s: float) -> list[Event]:
         block = int(block_s * 1000) if block_s >= 0.001 else None
         reply = await self._redis.xread({key: f"0-{after_seq}"}, block=block)
-        return [json.loads(fields["e"]) for _, entries in reply or () for _, fields in entries]
+        return [event for _, entries in reply or () for event in decode_entries(entries)]
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -212,11 +212,10 @@ class StreamFanout:
             # Read from another cursor: the stream left and joined again meanwhile.
             if stream is None or stream.ended or cursors.get(key) != f"0-{stream.cursor}":
                 continue
-            for entry_id, fields in entries:
-                event = json.loads(fields["e"])
+            for (entry_id, _), event in zip(entries, decode_entries(entries), strict=True):
                 stream.events.append(event)
                 stream.cursor = int(entry_id.rpartition("-")[2])
-                if event["type"] in TERMINAL_EVENTS:
+                if isinstance(event, Terminal):
                     stream.ended = True
                     break
             stream.notify()

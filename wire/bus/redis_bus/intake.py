@@ -23,7 +23,6 @@ heartbeat has lapsed too (the router stopped sending to it long before).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,13 +42,14 @@ from wire.bus.redis_bus.common import (
     request_key,
     stream_key,
 )
-from wire.events import EventType, retries_spent_error, terminal_event
+from wire.codec import decode_request
+from wire.events import Event, EventType, Terminal, retries_spent_error
 from wire.requests import GenerationRequest
 
 # Entries taken from one peer's inbox per reclaim round.
 RECLAIM_BATCH = 32
 
-Publish = Callable[[list[tuple[str, dict[str, Any]]]], set[str]]
+Publish = Callable[[list[tuple[str, Event]]], set[str]]
 
 
 class Intake:
@@ -79,7 +79,7 @@ class Intake:
             for key, entries in reply or []:
                 for entry_id, fields in entries:
                     if key == request_key(self.worker_id):
-                        request = GenerationRequest.from_dict(json.loads(fields["r"]))
+                        request = decode_request(fields["r"])
                         self._pending[request.response_id] = (key, entry_id)
                         requests.append(request)
                     else:
@@ -125,7 +125,7 @@ class Intake:
         requests = []
         for _, entries in reply or []:
             for entry_id, fields in entries:
-                request = GenerationRequest.from_dict(json.loads(fields["r"]))
+                request = decode_request(fields["r"])
                 self._pending[request.response_id] = (key, entry_id)
                 requests.append(request)
         return requests
@@ -202,7 +202,7 @@ class Intake:
     ) -> list[GenerationRequest]:
         """Serve, cancel, fail or drop each request taken from ``peer``."""
         aborted = {fields["id"] for _, fields in self._redis.xrange(abort_key(peer))}
-        requests = [GenerationRequest.from_dict(json.loads(f["r"])) for _, f, _ in entries]
+        requests = [decode_request(f["r"]) for _, f, _ in entries]
         with self._redis.pipeline(transaction=False) as pipe:
             for request in requests:
                 pipe.exists(stream_key(request.response_id))
@@ -214,11 +214,11 @@ class Intake:
             if has_stream:
                 done.append(entry_id)  # started: never replayed
             elif request.response_id in aborted:
-                endings.append((request.response_id, terminal_event(EventType.CANCELLED, 1)))
+                endings.append((request.response_id, Terminal(EventType.CANCELLED, 1)))
                 done.append(entry_id)
             elif deliveries > MAX_DELIVERIES:
                 error = retries_spent_error(deliveries - 1)
-                failed = terminal_event(EventType.FAILED, 1, error=error)
+                failed = Terminal(EventType.FAILED, 1, error=error)
                 endings.append((request.response_id, failed))
                 done.append(entry_id)
             else:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
-from typing import Any
 
 import redis
 import redis.asyncio as aioredis
@@ -32,6 +31,8 @@ from wire.bus.redis_bus.common import (
     wake_key,
 )
 from wire.bus.redis_bus.fanout import StreamFanout
+from wire.codec import encode_event_without_seq, encode_request
+from wire.events import Event, Terminal
 from wire.requests import GenerationRequest
 from wire.workers import WorkerInfo
 
@@ -63,13 +64,11 @@ class RedisBus:
     async def submit(self, worker_id: str, request: GenerationRequest) -> None:
         with unavailable_as_bus_error():
             async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.xadd(request_key(worker_id), {"r": json.dumps(request.to_dict())})
+                pipe.xadd(request_key(worker_id), {"r": encode_request(request)})
                 pipe.expire(request_key(worker_id), INBOX_TTL)
                 await pipe.execute()
 
-    async def read_events(
-        self, response_id: str, after_seq: int, block_ms: int
-    ) -> list[dict[str, Any]]:
+    async def read_events(self, response_id: str, after_seq: int, block_ms: int) -> list[Event]:
         with unavailable_as_bus_error():
             if block_ms <= 0:
                 # Nothing to wait for: one direct read, no shared state.
@@ -78,8 +77,8 @@ class RedisBus:
             block_s = min(block_ms, MAX_BLOCK_MS) / 1000
             return await self._fanout.read(stream_key(response_id), after_seq, block_s)
 
-    async def publish_if_open(self, response_id: str, event: dict[str, Any]) -> bool:
-        body = json.dumps({k: v for k, v in event.items() if k != "seq"})
+    async def publish_if_open(self, response_id: str, event: Terminal) -> bool:
+        body = encode_event_without_seq(event)
         with unavailable_as_bus_error():
             seq = await self._if_open(
                 keys=[stream_key(response_id), terminal_key(response_id)],

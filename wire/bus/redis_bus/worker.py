@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from typing import Any
 
 import redis
 
@@ -29,7 +28,8 @@ from wire.bus.redis_bus.common import (
     unavailable_as_bus_error,
 )
 from wire.bus.redis_bus.intake import Intake
-from wire.events import TERMINAL_EVENTS
+from wire.codec import encode_event
+from wire.events import Event, Terminal
 from wire.requests import GenerationRequest
 from wire.workers import WorkerInfo
 
@@ -111,22 +111,22 @@ class RedisWorkerBus:
         with unavailable_as_bus_error():
             return self._intake(worker_id).hand_back()
 
-    def publish(self, response_id: str, event: dict[str, Any]) -> bool:
+    def publish(self, response_id: str, event: Event) -> bool:
         return response_id not in self.publish_many([(response_id, event)])
 
-    def publish_many(self, batch: list[tuple[str, dict[str, Any]]]) -> set[str]:
+    def publish_many(self, batch: list[tuple[str, Event]]) -> set[str]:
         if not batch:
             return set()
         with unavailable_as_bus_error(), self._redis.pipeline(transaction=False) as pipe:
             for response_id, event in batch:
-                terminal = "1" if event["type"] in TERMINAL_EVENTS else "0"
+                terminal = "1" if isinstance(event, Terminal) else "0"
                 self._publish(
                     keys=[],
                     args=[
                         stream_key(response_id),
                         terminal_key(response_id),
-                        event["seq"],
-                        json.dumps(event),
+                        event.seq,
+                        encode_event(event),
                         terminal,
                         self.response_ttl,
                         OPEN_STREAM_TTL,

@@ -13,7 +13,7 @@ import pytest
 
 from gpuworkers.engine import SamplingParams
 from gpuworkers.engine.prefix_cache import hash_full_blocks
-from gpuworkers.engine.tokenizer import apply_chat_template
+from tokenization.tokenizer import apply_chat_template
 
 # Several whole replies per test on a shared 2-core machine.
 pytestmark = pytest.mark.timeout(900)

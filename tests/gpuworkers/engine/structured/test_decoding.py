@@ -26,7 +26,7 @@ MAX_TOKENS = 64
 
 @pytest.fixture(scope="module")
 def pet_prompt(tokenizer):
-    from gpuworkers.engine.tokenizer import apply_chat_template
+    from tokenization.tokenizer import apply_chat_template
 
     return apply_chat_template(tokenizer, [{"role": "user", "content": "Describe a pet as JSON."}])
 
