@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from billing.models import UsageRecord
-from tests.wire.bus.buses import uid
 from tests.plugins.request_path import DEMO, auth
+from tests.wire.bus.buses import uid
 from wire.bus import get_worker_bus
 from wire.workers import WorkerInfo, WorkerState
 
