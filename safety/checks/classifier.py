@@ -14,9 +14,10 @@ checks the compiled scores against the library's own.
 from __future__ import annotations
 
 import math
-import re
 import threading
 from dataclasses import dataclass
+
+from safety.checks.linear import WORD, LinearPattern
 
 # A word that alone scores this much is worth holding back while it may
 # still be growing (safety.stream); about 1,000 of the 15,442 terms.
@@ -56,7 +57,10 @@ class ProfanityModel:
             )
             for f in folds
         )
-        self._token_re = re.compile(vectorizer.token_pattern)
+        # The vectorizer's own token pattern, (?u)\b\w\w+\b, in linear time.
+        if vectorizer.token_pattern != r"(?u)\b\w\w+\b":
+            raise ValueError(f"unexpected token pattern {vectorizer.token_pattern!r}")
+        self._token_re = LinearPattern(f"[{WORD}]{{2,}}", before=WORD, after=WORD)
         self._risky = frozenset(t for t in self._terms if self.score(t) >= RISKY_SCORE)
 
     def knows(self, word: str) -> bool:
@@ -72,7 +76,9 @@ class ProfanityModel:
         terms = self._terms
         counts: dict[str, int] = {}
         # Stop words never made it into the vocabulary: the lookup drops them.
-        for word in self._token_re.findall(text.lower()):
+        text = text.lower()
+        for start, end in self._token_re.spans(text):
+            word = text[start:end]
             if word in terms:
                 counts[word] = counts.get(word, 0) + 1
         n_folds = len(self._folds)
