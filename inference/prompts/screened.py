@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from inference.request import ChatPrompt, Prompt, TextPrompt
+from inference.request import Prompt, TextPrompt
 
 # Joins a tool's verbatim strings: neither a word character nor whitespace,
 # so no deny-list phrase and no PII pattern runs across two strings.

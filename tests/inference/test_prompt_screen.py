@@ -14,8 +14,8 @@ from asgiref.sync import sync_to_async
 
 from fleet.models import ServedModel
 from fleet.selectors import served_model_dir
-from safety.services import tenant_safety_policy_update
 from safety.selectors import policy_cache_forget
+from safety.services import tenant_safety_policy_update
 from tests.plugins.asgi_client import sdk_client
 from tests.plugins.request_path import DEMO
 from tokenization.tokenizer import load_tokenizer
