@@ -93,6 +93,7 @@ class ResponsesRequest(StrictSchema):
         return value
 
 
+
 def response_request(request: ResponsesRequest, *, tenant: Tenant) -> InferenceRequest:
     """The internal request: instructions first, as a system turn."""
     turns = [] if request.instructions is None else [ChatTurn("system", request.instructions)]
@@ -304,7 +305,9 @@ async def _collected(tap: ResponseTap, shape: ResponseShape) -> JsonResponse:
         raise error
     status, reason = _ending(builder.finish_reason(event))
     usage = builder.ledger.usage(event)
-    response = JsonResponse(shape.body(status, text=builder.text(), usage=usage, incomplete=reason))
+    response = JsonResponse(
+        shape.body(status, text=builder.text(), usage=usage, incomplete=reason)
+    )
     for name, value in tap.headers.items():
         response[name] = value
     return response
