@@ -149,6 +149,7 @@ _USER_WORDS = {
     "requests": "Your organization has reached its limit of requests per minute.",
     "tokens": "Your organization has reached its limit of tokens per minute.",
     "insufficient_quota": "Your organization has used its monthly token quota.",
+    "string_above_max_length": "This message is too long to send. Please shorten it.",
 }
 
 

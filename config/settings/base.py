@@ -450,6 +450,10 @@ CONSOLE_MAX_OUTPUT_TOKENS = env_int("CONSOLE_MAX_OUTPUT_TOKENS", 1024)
 # before reading it again (a change in another process shows after this).
 SAFETY_POLICY_CACHE_SECONDS = float(os.environ.get("SAFETY_POLICY_CACHE_SECONDS", "5"))
 SAFETY_EVENT_RETENTION_DAYS = env_int("SAFETY_EVENT_RETENTION_DAYS", 90)
+# The most characters one text may have to be screened (a message, a tool's
+# text, a moderations input); a longer one is a 400 before any check runs.
+# 256 Ki: far above any context the tiers allow (about 4 characters a token).
+SAFETY_MAX_SCREEN_CHARS = env_int("SAFETY_MAX_SCREEN_CHARS", 256 * 1024)
 
 # Observability (docs/architecture.md, "Observability"). A gpuworker's port
 # for /metrics, /healthz and /readyz (gpuworker --metrics-port; 0: none, as

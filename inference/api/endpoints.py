@@ -111,7 +111,8 @@ async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRe
     """
     # X-Conversation-Id: the routing key's conversation (fleet.routing).
     key = request.auth
-    internal = chat_request(
+    # Compiles the tools' schemas: CPU work, off the event loop.
+    internal = await sync_to_async(chat_request, thread_sensitive=False)(
         payload, tenant=key.tenant, conversation_id=request.headers.get("X-Conversation-Id")
     )
     tap = await services.generation_start(request=internal, tenant=key.tenant, api_key=key)

@@ -20,6 +20,7 @@ from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_v
 
 from inference.errors import InvalidRequest
 from inference.tool_calls.checks import messages_check, tools_check
+from inference.tool_calls.schema_guard import schema_shape_check
 from inference.tool_calls.schemas import MAX_TOOLS, ToolCall, ToolChoice, ToolDefinition
 from sampling_rules.limits import (
     LOGIT_BIAS_RANGE,
@@ -111,6 +112,11 @@ class ResponseFormat(StrictSchema):
                 "and allowed only then.",
                 param="response_format",
             )
+        schema = self.json_schema_.schema_ if self.json_schema_ is not None else None
+        if schema is not None:
+            # Compiled later by the grammar compiler, off the event loop;
+            # here only what it must never be asked (a fetch, unbounded work).
+            schema_shape_check(schema, param="response_format", what="response_format")
         return self
 
     def structured_output(self) -> dict[str, Any] | None:
