@@ -113,6 +113,9 @@ class UsageDeadLetter(models.Model):
         UNPARSEABLE = "unparseable", "Unparseable"
         UNKNOWN_TENANT = "unknown_tenant", "Unknown tenant"
         INVALID = "invalid", "Invalid record"
+        # Anything else the entry raised while settling (a bug, a value no
+        # check foresaw): set aside so the batch behind it settles.
+        ERROR = "error", "Error while settling"
 
     # The stream entry's id (unique per stream, not across stream resets).
     entry_id = models.CharField(max_length=64)
