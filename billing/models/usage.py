@@ -73,10 +73,29 @@ class UsageRecord(models.Model):
         "billing.Price", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
     created_at = models.DateTimeField(default=timezone.now)
+    # The invoice that billed this record; null until one does. Usually the
+    # invoice of its month, but a record settled after that invoice was
+    # issued is billed by the tenant's next one, as an adjustment line.
+    invoice = models.ForeignKey(
+        "billing.Invoice",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="usage_records",
+    )
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["tenant", "created_at"], name="usage_tenant_created_idx")]
+        indexes = [
+            models.Index(fields=["tenant", "created_at"], name="usage_tenant_created_idx"),
+            # What the next invoice must still bill: a few rows at most,
+            # once a month is issued.
+            models.Index(
+                fields=["tenant", "created_at"],
+                condition=models.Q(invoice__isnull=True),
+                name="usage_unbilled_idx",
+            ),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(cached_tokens__lte=models.F("prompt_tokens")),
