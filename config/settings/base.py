@@ -316,6 +316,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Queues: billing (invoices, roll-ups, budgets, reports) and fleet (worker
 # accounting, fleet operations); the first matching route wins.
 CELERY_TASK_DEFAULT_QUEUE = "billing"
+# Hard limit on one task's run, in seconds: a hung task cannot hold a worker
+# slot forever, and a worker's warm shutdown (SIGTERM waits for running
+# tasks) ends within it, before compose's stop_grace_period kills it.
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 120)
 CELERY_TASK_ROUTES = {
     "billing.tasks.gpu_usage_sample": {"queue": "fleet"},
     "billing.tasks.*": {"queue": "billing"},
