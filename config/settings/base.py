@@ -63,6 +63,11 @@ CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 # TLS-terminating proxy set DJANGO_SECURE_PROXY_SSL_HEADER=true so that
 # X-Forwarded-Proto: https counts as HTTPS (only when the proxy sets it).
 # Probes and the scrape come over plain HTTP from inside the network.
+# Networks (CIDRs) of the reverse proxies in front of the web: only a peer
+# inside one is believed about the client's address (X-Forwarded-For, the
+# right-most address not itself a trusted proxy). Empty: none, REMOTE_ADDR
+# is the peer's. docker/compose.yaml sets the private ranges Caddy sits in.
+TRUSTED_PROXIES = env.list("TRUSTED_PROXIES", default=[])
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 if env.bool("DJANGO_SECURE_PROXY_SSL_HEADER", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -207,8 +212,8 @@ AUTHENTICATION_BACKENDS = [
 # Login throttling: AXES_FAILURE_LIMIT failures of one username from one
 # address lock that pair for AXES_COOLOFF_MINUTES (a 429). Keyed on the pair,
 # so nobody can lock a user out from elsewhere, and unknown usernames lock
-# like real ones (no enumeration). Behind a proxy, Daphne's --proxy-headers
-# makes REMOTE_ADDR the client's.
+# like real ones (no enumeration). Behind a proxy, REMOTE_ADDR is the
+# client's when the proxy is in TRUSTED_PROXIES (config.proxies).
 AXES_ENABLED = env.bool("AXES_ENABLED", default=True)
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("AXES_COOLOFF_MINUTES", default=15))
