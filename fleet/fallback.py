@@ -133,6 +133,30 @@ def auth_cache_forget(*, raw_key: str) -> None:
         )
 
 
+def auth_cache_revoke(*, api_key: ApiKey) -> None:
+    """The key was revoked: tombstone its entry, so that no web process
+    accepts it from the cache during a later outage (it was cached for up to
+    ``FLEET_AUTH_CACHE_SECONDS`` after its last use). The entry is shared in
+    Redis: one write covers every process."""
+    client = _redis()
+    if client is None:
+        return
+    tombstone = {"refused": True, "secret_hash": api_key.secret_hash}
+    try:
+        client.set(
+            _AUTH_PREFIX + api_key.prefix,
+            json.dumps(tombstone),
+            ex=settings.FLEET_AUTH_CACHE_SECONDS,
+        )
+    except redis.RedisError:
+        # The TTL still ends it; a revocation must not fail on the cache.
+        logger.warning("could not purge the cached authentication of %s", api_key.prefix)
+
+
+def _on_api_key_revoked(sender, *, api_key: ApiKey, **kwargs) -> None:
+    auth_cache_revoke(api_key=api_key)
+
+
 class KeyUnverifiable(RuntimeError):
     """The database is down and no cached authentication covers this key.
 
