@@ -419,7 +419,7 @@ ENGINE_MAX_BATCHED_TOKENS = env_int("ENGINE_MAX_BATCHED_TOKENS", 1024)
 ENGINE_SCHEDULING_POLICY = os.environ.get("ENGINE_SCHEDULING_POLICY", "fair")
 # Seconds without a heartbeat before the registry drops a worker whose
 # process keeps no liveness key (an older worker); newer ones are judged
-# dead by their liveness key (wire.bus.base.LIVENESS_TTL, 1.5 s).
+# dead by their liveness key (wire.bus.base.LIVENESS_TTL, 1.2 s).
 WORKER_HEARTBEAT_TTL = env_int("WORKER_HEARTBEAT_TTL", 6)
 # Seconds a gpuworker on SIGTERM lets running requests finish before it
 # ends them failed (worker_shutdown) and exits.
