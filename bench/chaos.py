@@ -1,6 +1,7 @@
 """Streaming load while processes die: every stream ends once, usage is exact.
 
     python -m bench.chaos [--requests 200] [--concurrency 16] [--max-tokens 16]
+                          [--faults kill_web,kill_worker,restart_redis,restart_postgres]
 
 Starts its own topology on loopback: a private PostgreSQL (initdb in a temp
 dir, run as the ``postgres`` user), a private redis-server (AOF, fsync on
@@ -74,7 +75,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kv-cache-mb", type=int, default=64)
     parser.add_argument("--stream-timeout", type=float, default=180.0, help="per read, seconds")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "chaos.json")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--faults",
+        default=",".join(name for _, name in FAULTS),
+        help="comma-separated subset of the faults, in their order"
+        " (e.g. kill_worker alone: a quick death-detection figure)",
+    )
+    args = parser.parse_args(argv)
+    names = {name for _, name in FAULTS}
+    args.faults = [f for f in args.faults.split(",") if f]
+    unknown = set(args.faults) - names
+    if unknown:
+        parser.error(f"unknown faults {sorted(unknown)}; choose from {sorted(names)}")
+    return args
 
 
 # -- the clients ---------------------------------------------------------------
@@ -145,6 +158,8 @@ async def run_all(topology: Topology, key: str, args) -> tuple[list[Request], li
 
     async def chaos() -> None:
         for share, name in FAULTS:
+            if name not in args.faults:
+                continue
             while done_count() < share * args.requests:
                 await asyncio.sleep(0.2)
             at = time.monotonic()
