@@ -105,7 +105,7 @@ async def _listen(subscribed: asyncio.Event) -> None:
                         with contextlib.suppress(ValueError):
                             await _close_local(int(message["data"]))
         except (redis.RedisError, OSError):
-            logger.warning("member-removal channel unavailable; retrying", exc_info=True)
+            logger.warning("member-removal channel unavailable; retrying in 1 s")
             await asyncio.sleep(1.0)
         finally:
             await client.aclose()

@@ -109,3 +109,7 @@ def test_revoking_a_key_purges_its_cached_authentication_at_once(
 
     assert auth_cache_authenticate(raw_key=raw) is None
     assert auth_cache_authenticate(raw_key=other_raw).pk == other.pk
+    # A request that read the key as valid just before the revocation
+    # committed, remembering it afterwards, does not bring it back.
+    auth_cache_remember(api_key=api_key)
+    assert auth_cache_authenticate(raw_key=raw) is None
