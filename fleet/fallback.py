@@ -96,11 +96,27 @@ def auth_cache_remember(*, api_key: ApiKey) -> None:
         "budget_when_redis_down": api_key.tenant.budget_when_redis_down,
     }
     try:
+        if _revoked_entry(client.get(_AUTH_PREFIX + api_key.prefix), api_key.secret_hash):
+            # A request that read the key just before its revocation
+            # committed must not bring the cached success back.
+            return
         client.set(
             _AUTH_PREFIX + api_key.prefix, json.dumps(entry), ex=settings.FLEET_AUTH_CACHE_SECONDS
         )
     except redis.RedisError:
         logger.warning("could not cache the authentication of %s", api_key.prefix)
+
+
+def _revoked_entry(raw: bytes | None, secret_hash: str) -> bool:
+    if raw is None:
+        return False
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return False
+    return bool(entry.get("revoked")) and hmac.compare_digest(
+        entry.get("secret_hash", ""), secret_hash
+    )
 
 
 def auth_cache_forget(*, raw_key: str) -> None:
@@ -131,6 +147,30 @@ def auth_cache_forget(*, raw_key: str) -> None:
             json.dumps({"refused": True, "secret_hash": refused_hash}),
             ex=settings.FLEET_AUTH_CACHE_SECONDS,
         )
+
+
+def auth_cache_revoke(*, api_key: ApiKey) -> None:
+    """The key was revoked: tombstone its entry, so that no web process
+    accepts it from the cache during a later outage (it was cached for up to
+    ``FLEET_AUTH_CACHE_SECONDS`` after its last use). The entry is shared in
+    Redis: one write covers every process."""
+    client = _redis()
+    if client is None:
+        return
+    tombstone = {"refused": True, "revoked": True, "secret_hash": api_key.secret_hash}
+    try:
+        client.set(
+            _AUTH_PREFIX + api_key.prefix,
+            json.dumps(tombstone),
+            ex=settings.FLEET_AUTH_CACHE_SECONDS,
+        )
+    except redis.RedisError:
+        # The TTL still ends it; a revocation must not fail on the cache.
+        logger.warning("could not purge the cached authentication of %s", api_key.prefix)
+
+
+def _on_api_key_revoked(sender, *, api_key: ApiKey, **kwargs) -> None:
+    auth_cache_revoke(api_key=api_key)
 
 
 class KeyUnverifiable(RuntimeError):

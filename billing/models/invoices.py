@@ -45,7 +45,12 @@ class Invoice(models.Model):
 
 
 class InvoiceLine(models.Model):
-    """Usage of one model at one price: a mid-month price change makes two lines."""
+    """Usage of one model at one price: a mid-month price change makes two lines.
+
+    An adjustment line bills usage of earlier months that was settled after
+    its month's invoice had been issued (a worker's usage entry delivered
+    late), at the price it carries; its days lie before the invoice's month.
+    """
 
     invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
     model = models.CharField(max_length=128)
@@ -61,12 +66,13 @@ class InvoiceLine(models.Model):
     cached_prompt_per_million = models.DecimalField(**UNIT_PRICE)
     completion_per_million = models.DecimalField(**UNIT_PRICE)
     amount = models.DecimalField(max_digits=14, decimal_places=2)
+    adjustment = models.BooleanField(default=False)
 
     class Meta:
-        ordering = ["model", "first_day"]
+        ordering = ["adjustment", "model", "first_day"]
         constraints = [
             models.UniqueConstraint(
-                fields=["invoice", "model", "price"], name="invoice_line_unique"
+                fields=["invoice", "model", "price", "adjustment"], name="invoice_line_unique"
             )
         ]
 
