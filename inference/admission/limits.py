@@ -18,7 +18,6 @@ import logging
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError
 from redis.exceptions import RedisError
 
 from billing.selectors import usage_month_tokens
@@ -31,7 +30,7 @@ from billing.services import (
     budget_reserve,
     claims_settle,
 )
-from fleet.fallback import db_mark_down, db_marked_down
+from fleet.fallback import DB_UNREACHABLE, db_mark_down, db_marked_down
 from inference import metrics
 from inference.errors import InsufficientQuota, ServiceUnavailable, rate_limit_error
 from tenants.models import ApiKey, Tenant
@@ -73,7 +72,7 @@ async def _budget_hold(
     if not db_marked_down():
         try:
             return await budget_reserve(**kwargs)
-        except DatabaseError:
+        except DB_UNREACHABLE:
             db_mark_down()
     # PostgreSQL is down: the budget from the tenant at hand (the auth
     # cache's), the spend and the price from the ledger.
