@@ -30,6 +30,7 @@ from inference.tool_calls.schemas import (
     FunctionName,
     NamedToolChoice,
     ToolCall,
+    ToolCallFunction,
     ToolChoice,
     ToolDefinition,
 )
@@ -90,13 +91,25 @@ class TextContentPart(StrictSchema):
 
 
 class ChatMessage(StrictSchema):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    # "function": the deprecated function-calling API's result message.
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     # Required except on an assistant message with tool_calls (checked by
     # inference.tool_calls.checks.messages_check, which knows the index).
     content: Text | Annotated[list[TextContentPart], Field(min_length=1)] | None = None
     name: Annotated[str, Field(max_length=256), ENCODABLE] | None = None
     tool_calls: Annotated[list[ToolCall], Field(min_length=1)] | None = None
     tool_call_id: Annotated[str, Field(min_length=1, max_length=256), ENCODABLE] | None = None
+    # An earlier assistant message sent back as the API returned it: its
+    # refusal and audio are accepted and ignored, a legacy function_call is
+    # a tool call (legacy_message_map).
+    refusal: Text | None = None
+    audio: dict[str, Any] | None = None
+    function_call: ToolCallFunction | None = None
+
+    @model_validator(mode="after")
+    def _legacy_function_calling(self) -> "ChatMessage":
+        legacy_message_map(self)
+        return self
 
     @property
     def text(self) -> str:
@@ -284,6 +297,29 @@ class ChatCompletionRequest(RequestBody):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+def legacy_call_id(name: str) -> str:
+    # The legacy API had no call ids: a call and its result pair by name.
+    return f"call_legacy_{name}"
+
+
+def legacy_message_map(message: ChatMessage) -> None:
+    """A deprecated function-calling turn as the tool-calling one it was."""
+    if message.function_call is not None:
+        if message.role != "assistant" or message.tool_calls is not None:
+            raise ValueError(
+                "function_call is only allowed on assistant messages without tool_calls"
+            )
+        call = message.function_call
+        message.tool_calls = [
+            ToolCall(id=legacy_call_id(call.name), type="function", function=call)
+        ]
+        message.function_call = None
+    if message.role == "function":
+        if not message.name:
+            raise ValueError("a function message needs the name of the function")
+        message.role, message.tool_call_id = "tool", legacy_call_id(message.name)
 
 
 def legacy_functions_map(request: ChatCompletionRequest) -> None:
