@@ -1,6 +1,13 @@
 """A response's claims on its tenant's limits: taken at admission, kept alive
 while it runs, settled at its end.
 
+Before any of that, ``limits_count`` counts the request in the key's and
+tenant's requests-per-minute windows: the first thing every request does,
+so the work before admission (screening, tokenizing, grammar compiles,
+safety-event writes) is limited and paid for with a request even when the
+request is refused afterwards. Moderations and stream resumes, which never
+reach admission, are counted the same way.
+
 Admission takes two claims, in this order: the budget hold (billing's
 ledger: the request's worst-case cost) and the rate-limit reservation
 (tenants.ratelimit: a concurrency slot, tokens in the sliding windows and
@@ -41,6 +48,7 @@ from tenants.ratelimit import (
     limits_for,
     limits_for_tenant,
     rate_limit_admit,
+    rate_limit_count,
     rate_limit_renew,
     rate_limit_settle,
 )
@@ -77,6 +85,25 @@ async def _budget_hold(
     # PostgreSQL is down: the budget from the tenant at hand (the auth
     # cache's), the spend and the price from the ledger.
     return await budget_reserve(**kwargs, use_database=False)
+
+
+async def limits_count(*, tenant: Tenant, api_key: ApiKey | None, ticket: Ticket) -> Decision:
+    """Count one request against the key's and tenant's request rates.
+
+    Raises RateLimited (429, with Retry-After and the x-ratelimit-*
+    headers) when a window is full, ServiceUnavailable when Redis is down.
+    ``limits_admit`` with the same ticket does not count it again.
+    """
+    limits = limits_for(api_key) if api_key is not None else limits_for_tenant(tenant)
+    try:
+        decision = await rate_limit_count(ticket=ticket, limits=limits)
+    except RedisError as exc:
+        raise ServiceUnavailable(code="bus_unavailable") from exc
+    if not decision.admitted:
+        # No model label: the request is refused before its model is looked up.
+        metrics.request_refused(reason=decision.outcome, tier=tenant.tier.name, model="")
+        raise rate_limit_error(decision, tokens=0)
+    return decision
 
 
 async def limits_admit(

@@ -182,6 +182,7 @@ async def resume_chat_completion(
 @router.post("/moderations", response={200: ModerationResponse, **ERRORS}, tags=["moderations"])
 async def create_moderation(request: HttpRequest, payload: ModerationRequest):
     """Classify texts with the checks and the tenant's policy of the chat path (safety/)."""
+    await services.moderation_count(api_key=request.auth)
     return await moderation.moderations_create(
         tenant=request.auth.tenant, inputs=payload.texts, model=payload.model
     )
