@@ -75,13 +75,6 @@ async def generation_start(
     if request.tenant_id != tenant.pk:
         raise ValueError(f"request of tenant {request.tenant_id} started for {tenant.pk}")
     tier = tenant.tier
-    api_key_id = api_key.pk if api_key is not None else None
-    ticket = Ticket.for_response(
-        response_id=request.response_id, api_key_id=api_key_id, tenant_id=tenant.pk
-    )
-    # First of all, the request rate: everything below (catalog, screening,
-    # tokenizing) is work a key over its rate must not get for free.
-    await limits_count(tenant=tenant, api_key=api_key, ticket=ticket)
     # The control snapshot's catalog: no query on the request path.
     model = await sync_to_async(catalog_model_get)(name=request.model, tier=tier)
     # A key's allow-list narrows its tier's models; outside it the model is
@@ -90,7 +83,15 @@ async def generation_start(
         raise ModelNotFound(request.model)
     # Known now: every later log line and span of this request carries them.
     logs.bind(tenant=tenant.pk, model=model.name)
-    # Safety (issue 20): the prompt stage, before anything is counted or
+    # The request rate, before any work on the request: screening,
+    # tokenizing and grammar compiles are not free for a key over its rate,
+    # and a request refused below (too long, blocked) still spent one.
+    api_key_id = api_key.pk if api_key is not None else None
+    ticket = Ticket.for_response(
+        response_id=request.response_id, api_key_id=api_key_id, tenant_id=tenant.pk
+    )
+    await limits_count(tenant=tenant, api_key=api_key, ticket=ticket, model=model.name)
+    # Safety (issue 20): the prompt stage, before any tokens are claimed or
     # billed; a blocked prompt is a 400, PII may come back redacted.
     request, safety = await prompt_screen(
         tenant=tenant, request=request, model=model.name, api_key=api_key, user=user

@@ -2,10 +2,10 @@
 while it runs, settled at its end.
 
 Before any of that, ``limits_count`` counts the request in the key's and
-tenant's requests-per-minute windows: the first thing every request does,
-so the work before admission (screening, tokenizing, grammar compiles,
-safety-event writes) is limited and paid for with a request even when the
-request is refused afterwards. Moderations and stream resumes, which never
+tenant's requests-per-minute windows, once its model is known and before
+any work on it, so the work before admission (screening, tokenizing,
+grammar compiles, safety-event writes) is limited and paid for with a
+request even when the request is refused afterwards. Moderations and stream resumes, which never
 reach admission, are counted the same way.
 
 Admission takes two claims, in this order: the budget hold (billing's
@@ -87,12 +87,15 @@ async def _budget_hold(
     return await budget_reserve(**kwargs, use_database=False)
 
 
-async def limits_count(*, tenant: Tenant, api_key: ApiKey | None, ticket: Ticket) -> Decision:
+async def limits_count(
+    *, tenant: Tenant, api_key: ApiKey | None, ticket: Ticket, model: str = ""
+) -> Decision:
     """Count one request against the key's and tenant's request rates.
 
     Raises RateLimited (429, with Retry-After and the x-ratelimit-*
     headers) when a window is full, ServiceUnavailable when Redis is down.
     ``limits_admit`` with the same ticket does not count it again.
+    ``model`` labels the refusal's metric ("" for calls of no model).
     """
     limits = limits_for(api_key) if api_key is not None else limits_for_tenant(tenant)
     try:
@@ -100,8 +103,7 @@ async def limits_count(*, tenant: Tenant, api_key: ApiKey | None, ticket: Ticket
     except RedisError as exc:
         raise ServiceUnavailable(code="bus_unavailable") from exc
     if not decision.admitted:
-        # No model label: the request is refused before its model is looked up.
-        metrics.request_refused(reason=decision.outcome, tier=tenant.tier.name, model="")
+        metrics.request_refused(reason=decision.outcome, tier=tenant.tier.name, model=model)
         raise rate_limit_error(decision, tokens=0)
     return decision
 
