@@ -125,14 +125,16 @@ class HealthzPoller:
 
     def _run(self) -> None:
         with httpx.Client(timeout=120) as client:
-            while not self._stop.is_set():
+            # At least one poll, however short the request.
+            while True:
                 started = time.monotonic()
                 # A failed poll counts with the time it took to fail.
                 with contextlib.suppress(httpx.HTTPError):
                     client.get(self.url)
                 self.worst = max(self.worst, time.monotonic() - started)
                 self.polls += 1
-                self._stop.wait(self.every)
+                if self._stop.wait(self.every):
+                    return
 
 
 @dataclass(slots=True)
