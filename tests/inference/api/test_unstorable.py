@@ -16,7 +16,6 @@ from django.db import InterfaceError, OperationalError
 import fleet.fallback
 from fleet.fallback import DB_UNREACHABLE, db_marked_down
 from fleet.selectors import catalog_model_get
-from safety.selectors import policy_cache_forget, policy_for_tenant
 from tests.plugins.request_path import DEMO, auth
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -137,21 +136,3 @@ def test_only_connection_errors_are_outages():
 
     for refused in (DataError, IntegrityError, ProgrammingError):
         assert not issubclass(refused, DB_UNREACHABLE)
-
-
-def test_policy_lookup_failing_on_a_query_keeps_the_breaker_closed(tenant_factory, monkeypatch):
-    """A refused policy query falls back to the tier's defaults without
-    putting every other tenant on the fallbacks."""
-    from django.db import ProgrammingError
-
-    import safety.selectors
-
-    tenant = tenant_factory(tier="pro")
-    policy_cache_forget()
-
-    def refused(**kwargs):
-        raise ProgrammingError("relation does not exist")
-
-    monkeypatch.setattr(safety.selectors, "tenant_policy_get", refused)
-    assert policy_for_tenant(tenant=tenant) is not None
-    assert not db_marked_down()
