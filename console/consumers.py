@@ -112,8 +112,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def decode_json(self, text_data):
         try:
             return await super().decode_json(text_data)
-        except ValueError:
-            # Not JSON: parse_command answers with an error frame.
+        except (ValueError, RecursionError):
+            # Not JSON, or nested deeper than the parser recurses (a frame
+            # of "[[[[..."): parse_command answers with an error frame.
             return None
 
     async def _started(self, reply: services.Reply) -> None:

@@ -14,8 +14,12 @@ Three pieces, each used only when a database call has just failed:
 - Usage records that cannot be written go to the usage stream
   (``inference.services.usage_settle``), which billing's settler writes to
   UsageRecord once the database is back, idempotently on ``response_id``.
-- A breaker: after a database error, the next ``DB_RETRY_SECONDS`` skip the
-  database, so each request does not wait out a connection timeout.
+- A breaker: after a connection-level database error (``DB_UNREACHABLE``),
+  the next ``DB_RETRY_SECONDS`` skip the database, so each request does not
+  wait out a connection timeout. An error about one query (DataError,
+  IntegrityError, ProgrammingError) says nothing about the database being
+  reachable and never trips it: else one request with a NUL byte would put
+  every tenant on the fallbacks for the window.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from decimal import Decimal
 
 import redis
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
 from fleet.snapshot import snapshot_current
 from tenants.models import ApiKey, Tenant, Tier, hash_api_key
@@ -39,6 +44,9 @@ logger = logging.getLogger(__name__)
 DB_RETRY_SECONDS = 5.0
 _AUTH_PREFIX = "fleet:auth:"
 _db_down_until = 0.0
+# The database errors that mean "unreachable" (connection refused, lost,
+# timed out, pool exhausted), as opposed to a query the database refused.
+DB_UNREACHABLE = (OperationalError, InterfaceError)
 
 
 def db_marked_down() -> bool:

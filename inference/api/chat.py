@@ -60,8 +60,10 @@ def chat_request(
         response_id=new_response_id("chatcmpl"),
         trace=TraceContext.current(),
         max_tokens_param=param,
-        conversation_id=conversation_id,
-        user=payload.user,
+        # The header names the conversation; OpenAI's prompt_cache_key is
+        # its in-body equivalent (both route to the replica with its prefix).
+        conversation_id=conversation_id or payload.prompt_cache_key,
+        user=payload.user or payload.safety_identifier,
         include_usage=payload.include_usage,
     )
 

@@ -85,13 +85,25 @@ def test_a_request_reaches_the_engine_with_its_tier_and_tenant():
     """The tenant is the wire request's (a string for the engine's fair
     share); without one the engine's anonymous tenant of the tier."""
     request = GenerationRequest(
-        "r1", "m", [1], Sampling(), priority=2, tier="pro", tenant_id=42,
+        "r1",
+        "m",
+        [1],
+        Sampling(),
+        priority=2,
+        tier="pro",
+        tenant_id=42,
         service_class=ServiceClass.BATCH,
     )
     assert request_scheduling(request) == {
-        "priority": 2, "tier": "pro", "tenant": "42", "service_class": "batch",
+        "priority": 2,
+        "tier": "pro",
+        "tenant": "42",
+        "service_class": "batch",
     }
     shadow = GenerationRequest("r2", "m", [1], Sampling(), tier="free")
     assert request_scheduling(shadow) == {
-        "priority": 0, "tier": "free", "tenant": None, "service_class": "default",
+        "priority": 0,
+        "tier": "free",
+        "tenant": None,
+        "service_class": "default",
     }
