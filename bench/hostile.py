@@ -249,7 +249,7 @@ def probes() -> list[Probe]:
         ),
         (
             "tool_text_deny",
-            "a tool description carrying a deny-listed term and an e-mail address (item 8)",
+            "a tool description carrying the tenant's deny-listed term and an e-mail address (item 8)",
             lambda c, x: [
                 chat(c, x, {"model": MODEL, "max_tokens": 4, "messages": hi,
                             "tools": [{"type": "function", "function": {
@@ -280,11 +280,15 @@ def probes() -> list[Probe]:
 def create_keys() -> dict[str, str]:
     """Runs inside ``manage.py shell``: a roomy key, and three keys of 5 requests a minute."""
     from bench.load_topology import create_tenant_key
+    from safety.services import tenant_safety_policy_update
     from tenants.selectors import api_key_authenticate
     from tenants.services import api_key_create
 
     key = create_tenant_key(max_concurrent=64)
     tenant = api_key_authenticate(raw_key=key).tenant
+    # tool_text_deny's term, on the tenant's own deny list: a tool
+    # description carrying it must be refused like a message would be.
+    tenant_safety_policy_update(tenant=tenant, deny_terms="acme secret", deny_action="block")
     limited = {}
     for suffix in ("", "2", "3"):
         name = f"limited{suffix}"
