@@ -34,6 +34,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import DatabaseError
 
 from inference.errors import ContentPolicyViolation, InvalidRequest, ModelNotFound
+from inference.offload import offloaded
 from inference.prompts.screened import screen_texts, with_screened
 from inference.relay.dispatch import cancel_request
 from inference.relay.tap import Guard, ResponseRoute, spawn
@@ -123,9 +124,7 @@ async def prompt_screen(
     texts = [t.text for t in screened]
     verbatim = {i for i, t in enumerate(screened) if t.verbatim}
     # CPU work without the database: any pool thread.
-    verdict = await sync_to_async(texts_moderate, thread_sensitive=False)(
-        texts, policy, verbatim=verbatim
-    )
+    verdict = await offloaded(texts_moderate)(texts, policy, verbatim=verbatim)
     if verdict.action:
         await _record(
             subject,
@@ -198,7 +197,7 @@ async def _screened(
 ) -> AsyncIterator[Event]:
     if policy.classifier != Action.OFF:
         # Loaded once per process (scikit-learn), never on the event loop.
-        await sync_to_async(profanity_model, thread_sensitive=False)()
+        await offloaded(profanity_model)()
     screen = ReplyScreen(policy)
     sent = _Sent()
     try:
@@ -333,7 +332,7 @@ async def moderations_create(*, tenant: Tenant, inputs: list[str], model: str | 
         raise ModelNotFound(model)
     screen_bounds_check((text, "input") for text in inputs)
     policy = await policy_get(tenant)
-    verdicts = await sync_to_async(_moderate_each, thread_sensitive=False)(inputs, policy)
+    verdicts = await offloaded(_moderate_each)(inputs, policy)
     return {
         "id": f"modr-{uuid.uuid4().hex}",
         "model": MODERATION_MODEL,

@@ -38,6 +38,7 @@ from inference.admission.queue_wait import QueueWaitExceeded
 from inference.admission.settlement import Settlement, usage_tag
 from inference.errors import APIError, ModelNotFound, NotFound, ServiceUnavailable
 from inference.moderation import PromptSafety, policy_get, prompt_screen, reply_guard
+from inference.offload import offloaded
 from inference.prompts.prepare import PreparedPrompt, prompt_prepare
 from inference.relay.dispatch import ModelWarmingUp, NoWorkerAvailable, dispatch_request
 from inference.relay.tap import ResponseRoute, ResponseTap, route_cache_key
@@ -97,9 +98,7 @@ async def generation_start(
         tenant=tenant, request=request, model=model.name, api_key=api_key, user=user
     )
     # Tokenizing is CPU work and needs no database: any pool thread will do.
-    prepared = await sync_to_async(prompt_prepare, thread_sensitive=False)(
-        request=request, model=model, tier=tier
-    )
+    prepared = await offloaded(prompt_prepare)(request=request, model=model, tier=tier)
     # The budget's worst-case hold, then rate limits and quotas (issue 17):
     # atomic claims before any GPU work, both given back if it goes no further.
     sampling = prepared.sampling

@@ -24,7 +24,6 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
 from redis.exceptions import RedisError
 
 from billing.selectors import usage_month_tokens
@@ -40,6 +39,7 @@ from billing.services import (
 from fleet.fallback import DB_UNREACHABLE, db_mark_down, db_marked_down
 from inference import metrics
 from inference.errors import InsufficientQuota, ServiceUnavailable, rate_limit_error
+from inference.offload import offloaded
 from tenants.models import ApiKey, Tenant
 from tenants.ratelimit import (
     Decision,
@@ -168,7 +168,7 @@ async def limits_settle(admission: Admission, usage: UsageEntry) -> None:
     """Settle both claims to what the response used, after its usage record
     (``billing.services.claims_settle``; the usage settler calls it too, and
     whichever runs second finds nothing left to settle)."""
-    await sync_to_async(claims_settle, thread_sensitive=False)(
+    await offloaded(claims_settle)(
         hold=admission.hold,
         ticket=admission.ticket,
         status=usage.status,

@@ -17,12 +17,12 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 
 from billing.services import usage_entry_record
 from fleet.fallback import DB_UNREACHABLE, db_mark_down, db_marked_down
 from inference.admission.limits import Admission, limits_settle
+from inference.offload import offloaded
 from wire.events import Terminal, TokenUsage
 from wire.usage import UsageEntry, UsageTag, get_usage_stream, usage_entry
 
@@ -93,11 +93,11 @@ async def _record(entry: UsageEntry) -> None:
     try:
         if db_marked_down():
             raise DatabaseError("database marked down")
-        await sync_to_async(usage_entry_record)(entry=entry)
+        await offloaded(usage_entry_record, thread_sensitive=True)(entry=entry)
     except DatabaseError as exc:
         # Any refusal goes to the stream (the settler retries or dead-letters
         # it); only an unreachable database trips the breaker for everyone.
         if isinstance(exc, DB_UNREACHABLE):
             db_mark_down()
         stream = get_usage_stream()
-        await sync_to_async(stream.append, thread_sensitive=False)([entry])
+        await offloaded(stream.append)([entry])

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from asgiref.sync import sync_to_async
 from pydantic import Field, create_model, field_validator, model_validator
 
 from fleet.selectors import catalog_model_get
@@ -32,6 +31,7 @@ from inference.api.schemas import (
 )
 from inference.api.sse import RESUMABLE_HEADER, stream_response, wants_resumable
 from inference.errors import InvalidRequest
+from inference.offload import offloaded
 from inference.prompts.prepare import model_tokenizer
 from inference.relay.multitap import MultiTap
 from inference.relay.tap import (
@@ -191,9 +191,7 @@ async def completions_create(
 ):
     """Admit every prompt, then answer one text_completion (or its SSE stream)."""
     tenant = api_key.tenant
-    texts = await sync_to_async(_prompt_texts, thread_sensitive=False)(
-        request=request, tier=tenant.tier
-    )
+    texts = await offloaded(_prompt_texts)(request=request, tier=tenant.tier)
     taps = []
     try:
         for internal in completion_requests(request, tenant=tenant, texts=texts):
@@ -208,9 +206,7 @@ async def completions_create(
     merged = MultiTap(taps, n=request.n or 1)
     echoes: list[PromptEcho | None] = [None] * len(taps)
     if request.echo:
-        echoes = await sync_to_async(_echoes, thread_sensitive=False)(
-            request=request, tier=tenant.tier, texts=texts, taps=taps
-        )
+        echoes = await offloaded(_echoes)(request=request, tier=tenant.tier, texts=texts, taps=taps)
     frames = CompletionFrames(
         merged.route.response_id,
         merged.route.model,

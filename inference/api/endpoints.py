@@ -26,6 +26,7 @@ from inference.api.schemas import (
     ModelObject,
 )
 from inference.errors import ModelNotFound, install_error_handlers
+from inference.offload import offloaded
 from inference.relay import tap as relay
 from inference.storable import unstorable_reason
 
@@ -116,7 +117,7 @@ async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRe
     # X-Conversation-Id: the routing key's conversation (fleet.routing).
     key = request.auth
     # Compiles the tools' schemas: CPU work, off the event loop.
-    internal = await sync_to_async(chat_request, thread_sensitive=False)(
+    internal = await offloaded(chat_request)(
         payload, tenant=key.tenant, conversation_id=request.headers.get("X-Conversation-Id")
     )
     tap = await services.generation_start(request=internal, tenant=key.tenant, api_key=key)

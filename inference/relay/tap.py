@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import connections
 from django.http import JsonResponse
 
 from inference import metrics
@@ -32,6 +31,7 @@ from inference.admission.limits import LeaseKeeper
 from inference.admission.settlement import Settlement, response_settle
 from inference.api.openai_format import CompletionBuilder, UsageLedger
 from inference.errors import APIError, InvalidRequest, ServerError, ServiceUnavailable
+from inference.offload import idle_connections_close
 from inference.relay.dispatch import cancel_request, stream_events
 from inference.tool_calls.output import with_tool_calls
 from inference.tool_calls.setup import ToolParsing
@@ -396,15 +396,7 @@ async def release_db_connection() -> None:
     connection and the next request waited DB_POOL_TIMEOUT, then failed.
     Anything later in the request that needs the database reconnects.
     """
-    await sync_to_async(_close_idle_connections)()
-
-
-def _close_idle_connections() -> None:
-    # What Django does at the end of a request, except inside a transaction
-    # (a test's, or a caller's): closing there would end it.
-    for connection in connections.all(initialized_only=True):
-        if not connection.in_atomic_block:
-            connection.close_if_unusable_or_obsolete()
+    await sync_to_async(idle_connections_close)()
 
 
 def with_rate_headers(error: APIError, tap: ResponseTap) -> APIError:

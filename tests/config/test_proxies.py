@@ -133,6 +133,9 @@ class Browser:
             chunks.append(message.get("body", b""))
             if not message.get("more_body"):
                 break
+        # Let the handler finish (its request_finished returns the request's
+        # database connection; cut short, each request kept one from the pool).
+        await communicator.wait(30)
         return start["status"], b"".join(chunks).decode()
 
     def login(self, username: str, password: str, forwarded: str = "") -> int:
