@@ -184,6 +184,7 @@ async def _dispatch(
         model_version=worker.version,
         tier=tier.name,
         tool_parsing=prompt.tool_parsing if isinstance(prompt, ChatPrompt) else None,
+        service_tier=request.service_class.value,
     )
     await response_route_save(route=route)
     return ResponseTap.start(

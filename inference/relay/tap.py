@@ -104,6 +104,9 @@ class ResponseRoute:
     tier: str = ""
     # How to read tool calls out of the text; None: plain text.
     tool_parsing: ToolParsing | None = None
+    # The service tier the request is served at (inference.service_tier):
+    # echoed in the response, and a label of the latency metrics.
+    service_tier: str = "default"
 
 
 @dataclass(slots=True, frozen=True)
@@ -361,7 +364,14 @@ async def completion_response(tap: ResponseTap) -> JsonResponse:
     """Wait for the whole response and answer one ``chat.completion``."""
     route = tap.route
     builder = with_tool_calls(
-        CompletionBuilder(route.response_id, route.model, route.created, route.n, route.logprobs),
+        CompletionBuilder(
+            route.response_id,
+            route.model,
+            route.created,
+            route.n,
+            route.logprobs,
+            service_tier=route.service_tier,
+        ),
         route,
     )
     await release_db_connection()
