@@ -110,6 +110,7 @@ async def generation_start(
         model=model.name,
         prompt_tokens=len(prepared.prompt_token_ids),
         completion_tokens=sampling.n * sampling.max_tokens,
+        service_tier=request.service_class.value,
     )
     decision = admission.decision
     try:
@@ -119,6 +120,7 @@ async def generation_start(
             user_id=user.pk if user is not None else None,
             source=request.source,
             regenerated=request.regenerated,
+            service_tier=request.service_class.value,
         )
         with request.trace.attached():
             tap = await _dispatch(tenant, request, model, prepared, admission, tag, safety)

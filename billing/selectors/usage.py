@@ -83,6 +83,8 @@ class UsageGroup:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    # The service tier served at: the price's multiplier applies.
+    service_tier: str = "default"
 
 
 def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
@@ -120,14 +122,25 @@ def records_groups(records: QuerySet[UsageRecord]) -> list[UsageGroup]:
                 output_field=BooleanField(),
             ),
         )
-        .values("tenant_id", "record_tier", "day", "api_key_id", "model", "billable", "price_id")
+        .values(
+            "tenant_id",
+            "record_tier",
+            "day",
+            "api_key_id",
+            "model",
+            "billable",
+            "price_id",
+            "service_tier",
+        )
         .annotate(
             requests=Count("id"),
             prompt=Sum("prompt_tokens"),
             cached=Sum("cached_tokens"),
             completion=Sum("completion_tokens"),
         )
-        .order_by("day", "tenant_id", "model", "api_key_id", "record_tier", "price_id")
+        .order_by(
+            "day", "tenant_id", "model", "api_key_id", "record_tier", "price_id", "service_tier"
+        )
     )
     return [
         UsageGroup(
@@ -142,6 +155,7 @@ def records_groups(records: QuerySet[UsageRecord]) -> list[UsageGroup]:
             prompt_tokens=int(row["prompt"]),
             cached_tokens=int(row["cached"]),
             completion_tokens=int(row["completion"]),
+            service_tier=row["service_tier"],
         )
         for row in rows
     ]

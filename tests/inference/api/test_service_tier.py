@@ -10,6 +10,7 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
+from billing.models import UsageRecord
 from inference.relay import tap as relay
 from tenants.models import Tier
 from tests.plugins.asgi_client import asgi_post, sdk_client, sse_events
@@ -81,6 +82,10 @@ async def test_priority_where_the_tier_allows_it_and_auto_following_the_tier(
     )
     assert response.service_tier == "priority"
     assert worker.received[-1].service_class == ServiceClass.PRIORITY
+    await relay.drain_background()
+    # The usage record says what the response is billed at.
+    billed = await sync_to_async(UsageRecord.objects.get)(response_id=response.id)
+    assert billed.service_tier == "priority"
     # The tier's auto_service_tier decides what "auto" (or nothing) gets.
     await sync_to_async(Tier.objects.filter(name="enterprise").update)(
         auto_service_tier=Tier.AutoServiceTier.PRIORITY
