@@ -7,8 +7,9 @@ numbers already live in the usage tables.
 - ``llmp_requests_refused_total{reason,tier,model}``: 429s before any GPU
   work, by reason: ``requests``, ``tokens``, ``concurrency`` (rate
   limits), ``quota`` (monthly tokens), ``budget`` (monthly spend: the
-  budget refusals), ``queue_wait`` (admission control's SLA). API and
-  console alike.
+  budget refusals), ``queue_wait`` (admission control's SLA),
+  ``flex_capacity`` (service_tier flex turned away by a deep queue). API
+  and console alike.
 - ``llmp_streams_open{model}``: responses whose events a relay is reading
   (SSE, JSON and console replies, resumes included).
 - ``llmp_responses_total{model,status}``: responses ended, by terminal
@@ -77,7 +78,7 @@ QUEUE_WAIT_TIME = Histogram(
 )
 
 # Rate limiter outcomes (tenants.ratelimit.Decision.outcome) are reasons as is.
-BUDGET, QUEUE_WAIT = "budget", "queue_wait"
+BUDGET, QUEUE_WAIT, FLEX_CAPACITY = "budget", "queue_wait", "flex_capacity"
 
 
 def request_refused(*, reason: str, tier: str, model: str) -> None:

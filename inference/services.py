@@ -34,7 +34,7 @@ from inference.admission.limits import (
     limits_count,
     limits_release,
 )
-from inference.admission.queue_wait import QueueWaitExceeded
+from inference.admission.queue_wait import FlexCapacityUnavailable, QueueWaitExceeded
 from inference.admission.settlement import Settlement, usage_tag
 from inference.errors import APIError, ModelNotFound, NotFound, ServiceUnavailable
 from inference.moderation import PromptSafety, policy_get, prompt_screen, reply_guard
@@ -130,7 +130,12 @@ async def generation_start(
         if isinstance(exc, APIError):
             exc.headers = {**decision.headers(), **exc.headers}
         if isinstance(exc, QueueWaitExceeded):
-            metrics.request_refused(reason=metrics.QUEUE_WAIT, tier=tier.name, model=model.name)
+            reason = (
+                metrics.FLEX_CAPACITY
+                if isinstance(exc, FlexCapacityUnavailable)
+                else metrics.QUEUE_WAIT
+            )
+            metrics.request_refused(reason=reason, tier=tier.name, model=model.name)
         raise
     tap.headers.update(decision.headers())
     return tap
