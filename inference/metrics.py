@@ -1,6 +1,8 @@
 """The request path's Prometheus metrics, served at the web's ``/metrics``.
 
-Labels are the tier and the model, never a tenant or key id: those would
+Labels are the tier, the service tier (OpenAI's ``service_tier`` as
+served: priority, default, flex, batch) and the model, never a tenant or
+key id: those would
 make a series per customer (unbounded cardinality), and per-tenant
 numbers already live in the usage tables.
 
@@ -19,11 +21,11 @@ numbers already live in the usage tables.
   against the web's).
 - ``llmp_usage_settlement_lag_seconds{model}``: from the worker ending a
   response to its usage record written and its rate limits settled.
-- ``llmp_time_to_first_token_seconds{tier,model}``: from the web enqueuing
+- ``llmp_time_to_first_token_seconds{tier,service_tier,model}``: from the web enqueuing
   a request to its relay reading the first token, on the web's clock (the
   worker's ``vllm:time_to_first_token_seconds`` has no tier). Per-tier SLOs
   are alerted on it (docker/prometheus/alerts.yml).
-- ``llmp_queue_wait_seconds{tier,model}``: from the web enqueuing a request
+- ``llmp_queue_wait_seconds{tier,service_tier,model}``: from the web enqueuing a request
   to the engine first scheduling it (the terminal event's
   ``queue_time_ms``), where admission control's tier SLA applies.
 
@@ -67,13 +69,13 @@ SETTLEMENT_LAG = Histogram(
 FIRST_TOKEN_TIME = Histogram(
     "llmp_time_to_first_token_seconds",
     "From the web enqueuing a request to its relay reading the first token, by tier.",
-    ("tier", "model"),
+    ("tier", "service_tier", "model"),
     buckets=TTFT_BUCKETS,
 )
 QUEUE_WAIT_TIME = Histogram(
     "llmp_queue_wait_seconds",
     "From the web enqueuing a request to the engine first scheduling it, by tier.",
-    ("tier", "model"),
+    ("tier", "service_tier", "model"),
     buckets=TTFT_BUCKETS,
 )
 
@@ -104,12 +106,16 @@ def lag_observe(histogram: Histogram, model: str, ended_at: float | None) -> Non
         histogram.labels(model).observe(max(time.time() - ended_at, 0.0))
 
 
-def first_token_observe(*, tier: str, model: str, sent_at: float) -> None:
-    FIRST_TOKEN_TIME.labels(tier, model).observe(max(time.time() - sent_at, 0.0))
+def first_token_observe(
+    *, tier: str, model: str, sent_at: float, service_tier: str = "default"
+) -> None:
+    FIRST_TOKEN_TIME.labels(tier, service_tier, model).observe(max(time.time() - sent_at, 0.0))
 
 
-def queue_wait_observe(*, tier: str, model: str, terminal: Terminal) -> None:
+def queue_wait_observe(
+    *, tier: str, model: str, terminal: Terminal, service_tier: str = "default"
+) -> None:
     """The terminal event's queue time, when the engine scheduled the request."""
     queue_ms = terminal.metrics.queue_time_ms
     if queue_ms is not None:
-        QUEUE_WAIT_TIME.labels(tier, model).observe(queue_ms / 1000)
+        QUEUE_WAIT_TIME.labels(tier, service_tier, model).observe(queue_ms / 1000)

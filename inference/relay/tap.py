@@ -226,7 +226,10 @@ class ResponseTap:
                     if awaiting_first_token and _has_tokens(event):
                         awaiting_first_token = False
                         metrics.first_token_observe(
-                            tier=self.route.tier, model=self.route.model, sent_at=self.sent_at
+                            tier=self.route.tier,
+                            model=self.route.model,
+                            sent_at=self.sent_at,
+                            service_tier=self.route.service_tier,
                         )
                     self._queue.put_nowait(event)
         except asyncio.CancelledError:
@@ -250,7 +253,12 @@ class ResponseTap:
         metrics.lag_observe(metrics.RELAY_LAG, model, ended_at)
         if self._settlement is not None:
             metrics.RESPONSES.labels(model, final.type.value).inc()
-            metrics.queue_wait_observe(tier=self.route.tier, model=model, terminal=final)
+            metrics.queue_wait_observe(
+                tier=self.route.tier,
+                model=model,
+                terminal=final,
+                service_tier=self.route.service_tier,
+            )
             try:
                 with tracer.start_as_current_span("usage.settle"):
                     await response_settle(
