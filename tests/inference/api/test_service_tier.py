@@ -6,7 +6,9 @@ response echoes: the tier actually used, never merely the one asked for.
 """
 
 import json
+from dataclasses import replace
 
+import openai
 import pytest
 from asgiref.sync import sync_to_async
 
@@ -14,8 +16,10 @@ from billing.models import UsageRecord
 from inference.relay import tap as relay
 from tenants.models import Tier
 from tests.plugins.asgi_client import asgi_post, sdk_client, sse_events
+from tests.plugins.fake_worker import FakeWorker
 from tests.plugins.request_path import DEMO
 from wire.requests import ServiceClass
+from wire.workers import WorkerInfo
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -146,3 +150,44 @@ async def test_responses_echo_the_service_tier_whole_and_in_streamed_bodies(
     assert len(responses) >= 3 and {r["service_tier"] for r in responses} == {"flex"}
     assert {r.service_class for r in worker.received} == {ServiceClass.FLEX}
     await relay.drain_background()
+
+
+class DeepQueueWorker(FakeWorker):
+    """A fake worker whose heartbeat reports a saturated engine with
+    ``DEPTH`` pro requests queued (as a real fair-policy worker's stats)."""
+
+    def info(self) -> WorkerInfo:
+        extra = {
+            "max_num_seqs": 4,
+            "scheduling_policy": "fair",
+            "tier_weights": {"enterprise": 0.5, "pro": 0.35, "free": 0.15},
+            "queued_by_tier": {"pro": {"requests": DEPTH, "tokens": 0}},
+            "fair_queue": {"pro": {"active_tenants": 1, "tenants": {}}},
+        }
+        return replace(
+            super().info(), running=4, waiting=DEPTH, tokens_per_second=1000.0, extra=extra
+        )
+
+
+DEPTH = 40
+
+
+async def test_flex_gets_429_flex_capacity_unavailable_when_the_queue_is_deep(
+    memory_bus, api_key_factory, settings
+):
+    """Through the SDK: flex refused with Retry-After and nothing enqueued;
+    the same tenant's default request (nothing of its own queued) is served."""
+    settings.FLEX_MAX_QUEUE_DEPTH = DEPTH
+    worker = DeepQueueWorker(texts=["Hi"]).start()
+    try:
+        client = sdk_client(await new_key(api_key_factory))
+        with pytest.raises(openai.RateLimitError) as refused:
+            await client.chat.completions.create(model=DEMO, messages=HELLO, service_tier="flex")
+        assert refused.value.code == "flex_capacity_unavailable"
+        assert int(refused.value.response.headers["Retry-After"]) >= 1
+        assert worker.received == []
+        served = await client.chat.completions.create(model=DEMO, messages=HELLO)
+        assert served.service_tier == "default"
+        await relay.drain_background()
+    finally:
+        worker.stop()
