@@ -1,6 +1,10 @@
 """Tier fairness under load: fair share against FCFS, on the real worker.
 
     python -m bench.fairness [--window S] [--kv-cache-mb N] [--seed N]
+    python -m bench.fairness --scenario within-tier|across-tiers|service-tier
+
+With ``--scenario``, tenants and service tiers on the real topology over
+HTTP instead (bench/fairness_scenarios.py). Without it:
 
 For each policy (fair, then fcfs) a ``manage.py gpuworker`` subprocess
 serves the demo model from its own, flushed Redis database. The driver
@@ -29,6 +33,7 @@ from pathlib import Path
 
 import redis
 
+from bench import fairness_scenarios
 from bench.fairness_load import Driver, LoadShape
 from bench.fairness_report import print_report, summarize_phase
 from bench.peers.launch import ROOT, machine_info
@@ -61,6 +66,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fairness.json")
+    parser.add_argument("--scenario", choices=fairness_scenarios.SCENARIOS)
+    fairness_scenarios.add_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -167,6 +174,8 @@ def run_policy(args, policy: str, token_ids: list[int], shape: LoadShape, tmp: P
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.scenario:
+        return fairness_scenarios.run_scenario(args)
     from bench.flops import ModelShape
     from bench.workloads import plain_token_ids
     from gpuworkers.engine.convert_gguf import ensure_demo_model

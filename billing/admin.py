@@ -101,6 +101,8 @@ class PriceAdmin(admin.ModelAdmin):
         "prompt_per_million",
         "cached_prompt_per_million",
         "completion_per_million",
+        "priority_multiplier",
+        "flex_multiplier",
     ]
     list_filter = ["tier", "model"]
     date_hierarchy = "effective_from"

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from billing.selectors import usage_daily
+from billing.selectors import tier_share, usage_daily
 from console import selectors, services
 from console.access import platform_staff, tenant_admin, tenant_member
 from console.capacity import capacity
@@ -147,6 +147,9 @@ def usage(request):
         "chart": {**usage_chart(rows, start=start, end=end), "currency": settings.BILLING_CURRENCY},
         "query": request.GET.urlencode(),
     }
+    if request.membership.role == Membership.Role.ADMIN:
+        # Admins see their part of the tier's tokens (counts only, no names).
+        context["tier_share"] = tier_share(tenant=request.tenant)
     return render(request, "console/usage.html", context)
 
 

@@ -45,6 +45,8 @@ def snapshot_build(*, version: int) -> dict[str, Any]:
             "priority": t.priority,
             "queue_sla_seconds": t.queue_sla_seconds,
             "api_access": t.api_access,
+            "priority_service_tier": t.priority_service_tier,
+            "auto_service_tier": t.auto_service_tier,
         }
         for t in Tier.objects.all()
     }

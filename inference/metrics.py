@@ -1,14 +1,17 @@
 """The request path's Prometheus metrics, served at the web's ``/metrics``.
 
-Labels are the tier and the model, never a tenant or key id: those would
+Labels are the tier, the service tier (OpenAI's ``service_tier`` as
+served: priority, default, flex, batch) and the model, never a tenant or
+key id: those would
 make a series per customer (unbounded cardinality), and per-tenant
 numbers already live in the usage tables.
 
 - ``llmp_requests_refused_total{reason,tier,model}``: 429s before any GPU
   work, by reason: ``requests``, ``tokens``, ``concurrency`` (rate
   limits), ``quota`` (monthly tokens), ``budget`` (monthly spend: the
-  budget refusals), ``queue_wait`` (admission control's SLA). API and
-  console alike.
+  budget refusals), ``queue_wait`` (admission control's SLA),
+  ``flex_capacity`` (service_tier flex turned away by a deep queue). API
+  and console alike.
 - ``llmp_streams_open{model}``: responses whose events a relay is reading
   (SSE, JSON and console replies, resumes included).
 - ``llmp_responses_total{model,status}``: responses ended, by terminal
@@ -18,11 +21,11 @@ numbers already live in the usage tables.
   against the web's).
 - ``llmp_usage_settlement_lag_seconds{model}``: from the worker ending a
   response to its usage record written and its rate limits settled.
-- ``llmp_time_to_first_token_seconds{tier,model}``: from the web enqueuing
+- ``llmp_time_to_first_token_seconds{tier,service_tier,model}``: from the web enqueuing
   a request to its relay reading the first token, on the web's clock (the
   worker's ``vllm:time_to_first_token_seconds`` has no tier). Per-tier SLOs
   are alerted on it (docker/prometheus/alerts.yml).
-- ``llmp_queue_wait_seconds{tier,model}``: from the web enqueuing a request
+- ``llmp_queue_wait_seconds{tier,service_tier,model}``: from the web enqueuing a request
   to the engine first scheduling it (the terminal event's
   ``queue_time_ms``), where admission control's tier SLA applies.
 
@@ -66,18 +69,18 @@ SETTLEMENT_LAG = Histogram(
 FIRST_TOKEN_TIME = Histogram(
     "llmp_time_to_first_token_seconds",
     "From the web enqueuing a request to its relay reading the first token, by tier.",
-    ("tier", "model"),
+    ("tier", "service_tier", "model"),
     buckets=TTFT_BUCKETS,
 )
 QUEUE_WAIT_TIME = Histogram(
     "llmp_queue_wait_seconds",
     "From the web enqueuing a request to the engine first scheduling it, by tier.",
-    ("tier", "model"),
+    ("tier", "service_tier", "model"),
     buckets=TTFT_BUCKETS,
 )
 
 # Rate limiter outcomes (tenants.ratelimit.Decision.outcome) are reasons as is.
-BUDGET, QUEUE_WAIT = "budget", "queue_wait"
+BUDGET, QUEUE_WAIT, FLEX_CAPACITY = "budget", "queue_wait", "flex_capacity"
 
 
 def request_refused(*, reason: str, tier: str, model: str) -> None:
@@ -103,12 +106,16 @@ def lag_observe(histogram: Histogram, model: str, ended_at: float | None) -> Non
         histogram.labels(model).observe(max(time.time() - ended_at, 0.0))
 
 
-def first_token_observe(*, tier: str, model: str, sent_at: float) -> None:
-    FIRST_TOKEN_TIME.labels(tier, model).observe(max(time.time() - sent_at, 0.0))
+def first_token_observe(
+    *, tier: str, model: str, sent_at: float, service_tier: str = "default"
+) -> None:
+    FIRST_TOKEN_TIME.labels(tier, service_tier, model).observe(max(time.time() - sent_at, 0.0))
 
 
-def queue_wait_observe(*, tier: str, model: str, terminal: Terminal) -> None:
+def queue_wait_observe(
+    *, tier: str, model: str, terminal: Terminal, service_tier: str = "default"
+) -> None:
     """The terminal event's queue time, when the engine scheduled the request."""
     queue_ms = terminal.metrics.queue_time_ms
     if queue_ms is not None:
-        QUEUE_WAIT_TIME.labels(tier, model).observe(queue_ms / 1000)
+        QUEUE_WAIT_TIME.labels(tier, service_tier, model).observe(queue_ms / 1000)

@@ -34,7 +34,7 @@ from inference.admission.limits import (
     limits_count,
     limits_release,
 )
-from inference.admission.queue_wait import QueueWaitExceeded
+from inference.admission.queue_wait import FlexCapacityUnavailable, QueueWaitExceeded
 from inference.admission.settlement import Settlement, usage_tag
 from inference.errors import APIError, ModelNotFound, NotFound, ServiceUnavailable
 from inference.moderation import PromptSafety, policy_get, prompt_screen, reply_guard
@@ -109,6 +109,7 @@ async def generation_start(
         model=model.name,
         prompt_tokens=len(prepared.prompt_token_ids),
         completion_tokens=sampling.n * sampling.max_tokens,
+        service_tier=request.service_class.value,
     )
     decision = admission.decision
     try:
@@ -118,6 +119,7 @@ async def generation_start(
             user_id=user.pk if user is not None else None,
             source=request.source,
             regenerated=request.regenerated,
+            service_tier=request.service_class.value,
         )
         with request.trace.attached():
             tap = await _dispatch(tenant, request, model, prepared, admission, tag, safety)
@@ -127,7 +129,12 @@ async def generation_start(
         if isinstance(exc, APIError):
             exc.headers = {**decision.headers(), **exc.headers}
         if isinstance(exc, QueueWaitExceeded):
-            metrics.request_refused(reason=metrics.QUEUE_WAIT, tier=tier.name, model=model.name)
+            reason = (
+                metrics.FLEX_CAPACITY
+                if isinstance(exc, FlexCapacityUnavailable)
+                else metrics.QUEUE_WAIT
+            )
+            metrics.request_refused(reason=reason, tier=tier.name, model=model.name)
         raise
     tap.headers.update(decision.headers())
     return tap
@@ -183,6 +190,7 @@ async def _dispatch(
         model_version=worker.version,
         tier=tier.name,
         tool_parsing=prompt.tool_parsing if isinstance(prompt, ChatPrompt) else None,
+        service_tier=request.service_class.value,
     )
     await response_route_save(route=route)
     return ResponseTap.start(

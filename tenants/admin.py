@@ -22,6 +22,8 @@ class TierAdmin(admin.ModelAdmin):
         "priority",
         "queue_sla_seconds",
         "api_access",
+        "priority_service_tier",
+        "auto_service_tier",
     ]
     ordering = ["priority"]
 

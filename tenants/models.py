@@ -43,6 +43,26 @@ class Tier(models.Model):
     # The OpenAI REST API serves paid tiers; the free tier is console-only.
     api_access = models.BooleanField(default=False)
 
+    class AutoServiceTier(models.TextChoices):
+        DEFAULT = "default", "Default"
+        PRIORITY = "priority", "Priority"
+
+    # OpenAI's service_tier within the tier (inference.service_tier): a
+    # request asking for "priority" on a tier without it is served at
+    # "default" and told so in the response, as OpenAI does.
+    priority_service_tier = models.BooleanField(
+        default=False,
+        help_text="Requests may ask for service_tier 'priority': scheduled ahead of the "
+        "tier's default class and billed at the price's priority multiplier.",
+    )
+    auto_service_tier = models.CharField(
+        max_length=8,
+        choices=AutoServiceTier.choices,
+        default=AutoServiceTier.DEFAULT,
+        help_text="What service_tier 'auto' (or none) is served at; 'priority' only "
+        "where the tier may use priority.",
+    )
+
     class Meta:
         ordering = ["priority", "name"]
 

@@ -63,6 +63,7 @@ DEFAULT_TIERS: tuple[dict, ...] = (
         "priority": 2,
         "queue_sla_seconds": 5,
         "api_access": True,
+        "priority_service_tier": True,
     },
 )
 

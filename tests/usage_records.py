@@ -16,7 +16,15 @@ from billing.models import UsageRecord
 from billing.services import usage_record_create
 from wire.usage import UsageEntry, UsageTag
 
-_TAG_FIELDS = ("api_key_id", "user_id", "source", "regenerated", "tier_id", "price_id")
+_TAG_FIELDS = (
+    "api_key_id",
+    "user_id",
+    "source",
+    "regenerated",
+    "tier_id",
+    "price_id",
+    "service_tier",
+)
 
 
 def usage_entry_of(**fields) -> UsageEntry:

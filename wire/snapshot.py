@@ -67,6 +67,14 @@ class TierSettings:
     priority: int
     queue_sla_seconds: int
     api_access: bool
+    # OpenAI's service_tier within the tier (tenants.Tier); defaulted, so a
+    # snapshot published before these fields still parses.
+    priority_service_tier: bool = False
+    auto_service_tier: str = "default"
+
+
+# Tier fields a snapshot published before them lacks (their defaults apply).
+TIER_ADDED_FIELDS = frozenset({"priority_service_tier", "auto_service_tier"})
 
 
 @dataclass(slots=True, frozen=True)
@@ -134,11 +142,13 @@ class Snapshot:
 _TYPES = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
 
 
-def _record(cls, data: Any, where: str, types: dict[str, type]):
+def _record(cls, data: Any, where: str, types: dict[str, type], optional=frozenset()):
     if not isinstance(data, dict):
         raise SnapshotInvalid(f"{where}: expected an object")
     values = {}
     for name, kind in types.items():
+        if name not in data and name in optional:
+            continue
         if name not in data:
             raise SnapshotInvalid(f"{where}: missing {name!r}")
         value = data[name]
@@ -168,7 +178,9 @@ def snapshot_parse(document: Any) -> Snapshot:
         raise SnapshotInvalid("routing: thresholds out of range")
     tiers = {}
     for name, data in _mapping(document, "tiers").items():
-        tiers[name] = _record(TierSettings, data, f"tiers.{name}", _fields(TierSettings))
+        tiers[name] = _record(
+            TierSettings, data, f"tiers.{name}", _fields(TierSettings), TIER_ADDED_FIELDS
+        )
     models = {}
     for name, data in _mapping(document, "models").items():
         tier_names = data.get("tiers") if isinstance(data, dict) else None

@@ -72,6 +72,18 @@ class UsageRecord(models.Model):
     price = models.ForeignKey(
         "billing.Price", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
+
+    class ServiceTier(models.TextChoices):
+        PRIORITY = "priority", "Priority"
+        DEFAULT = "default", "Default"
+        FLEX = "flex", "Flex"
+        BATCH = "batch", "Batch"
+
+    # The scheduling class the response was served at (OpenAI's
+    # service_tier as actually used): priced at the price's multiplier.
+    service_tier = models.CharField(
+        max_length=8, choices=ServiceTier.choices, default=ServiceTier.DEFAULT
+    )
     created_at = models.DateTimeField(default=timezone.now)
     # The invoice that billed this record; null until one does. Usually the
     # invoice of its month, but a record settled after that invoice was

@@ -87,6 +87,7 @@ def _drafts(groups: list[UsageGroup], period: date) -> list[LineDraft]:
             prompt_tokens=g.prompt_tokens,
             cached_tokens=g.cached_tokens,
             completion_tokens=g.completion_tokens,
+            service_tier=g.service_tier,
         )
     return sorted(lines.values(), key=lambda line: (line.adjustment, line.model, line.first_day))
 

@@ -58,6 +58,7 @@ class PriceBook:
         prompt_tokens: int,
         cached_tokens: int,
         completion_tokens: int,
+        service_tier: str = "default",
     ) -> Decimal:
         """Exact cost at the price in force; zero when the model has no price yet."""
         price = self.price(model, day)
@@ -67,6 +68,7 @@ class PriceBook:
             prompt_tokens=prompt_tokens,
             cached_tokens=cached_tokens,
             completion_tokens=completion_tokens,
+            service_tier=service_tier,
         )
 
 
@@ -108,4 +110,5 @@ class Pricer:
             prompt_tokens=group.prompt_tokens,
             cached_tokens=group.cached_tokens,
             completion_tokens=group.completion_tokens,
+            service_tier=group.service_tier,
         )

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
-from django.db.models import BooleanField, Case, Count, QuerySet, Sum, Value, When
+from django.db.models import BooleanField, Case, Count, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, TruncDate
 
 from billing.models import UsageRecord
@@ -83,6 +83,8 @@ class UsageGroup:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    # The service tier served at: the price's multiplier applies.
+    service_tier: str = "default"
 
 
 def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
@@ -120,14 +122,25 @@ def records_groups(records: QuerySet[UsageRecord]) -> list[UsageGroup]:
                 output_field=BooleanField(),
             ),
         )
-        .values("tenant_id", "record_tier", "day", "api_key_id", "model", "billable", "price_id")
+        .values(
+            "tenant_id",
+            "record_tier",
+            "day",
+            "api_key_id",
+            "model",
+            "billable",
+            "price_id",
+            "service_tier",
+        )
         .annotate(
             requests=Count("id"),
             prompt=Sum("prompt_tokens"),
             cached=Sum("cached_tokens"),
             completion=Sum("completion_tokens"),
         )
-        .order_by("day", "tenant_id", "model", "api_key_id", "record_tier", "price_id")
+        .order_by(
+            "day", "tenant_id", "model", "api_key_id", "record_tier", "price_id", "service_tier"
+        )
     )
     return [
         UsageGroup(
@@ -142,6 +155,7 @@ def records_groups(records: QuerySet[UsageRecord]) -> list[UsageGroup]:
             prompt_tokens=int(row["prompt"]),
             cached_tokens=int(row["cached"]),
             completion_tokens=int(row["completion"]),
+            service_tier=row["service_tier"],
         )
         for row in rows
     ]
@@ -191,3 +205,51 @@ def usage_daily(*, tenant: Tenant, start: date, end: date, group_by: str) -> lis
         if g.billable:
             row["cost"] += pricer.cost(g)
     return [merged[k] for k in sorted(merged)]
+
+
+@dataclass(slots=True, frozen=True)
+class TierShare:
+    """A tenant's part of its tier's generated tokens over a recent window.
+
+    Counts only, never who the other tenants are: the console shows a
+    tenant admin how the engine's fair share treated them under contention.
+    """
+
+    since: datetime
+    tenant_tokens: int
+    tier_tokens: int
+    # Tenants of the tier with usage in the window (this one included).
+    active_tenants: int
+
+    @property
+    def share(self) -> float:
+        """The tenant's fraction of the tier's generated tokens."""
+        return self.tenant_tokens / self.tier_tokens if self.tier_tokens else 0.0
+
+    @property
+    def fair_share(self) -> float:
+        """An equal split between the tier's active tenants."""
+        return 1 / self.active_tenants if self.active_tenants else 0.0
+
+    @property
+    def contended(self) -> bool:
+        """Another tenant of the tier generated tokens in the window too."""
+        return self.active_tenants > 1
+
+
+def tier_share(*, tenant: Tenant, window: timedelta = timedelta(hours=1)) -> TierShare:
+    """``tenant``'s generated (completion) tokens over the last ``window``
+    against its tier's, from the usage records (their tier when admitted)."""
+    since = datetime.now(UTC) - window
+    records = UsageRecord.objects.filter(tier_id=tenant.tier_id, created_at__gte=since)
+    totals = records.aggregate(
+        tier=Coalesce(Sum("completion_tokens"), 0),
+        mine=Coalesce(Sum("completion_tokens", filter=Q(tenant_id=tenant.pk)), 0),
+        tenants=Count("tenant_id", distinct=True, filter=Q(completion_tokens__gt=0)),
+    )
+    return TierShare(
+        since=since,
+        tenant_tokens=int(totals["mine"]),
+        tier_tokens=int(totals["tier"]),
+        active_tenants=int(totals["tenants"]),
+    )

@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 
 from billing import ledger
 from billing.models import Price
+from billing.models.pricing import service_tier_multiplier
 from billing.selectors.budgets import month_spend, month_start
 from billing.selectors.pricing import BILLABLE_STATUSES, price_in_force
 from tenants.models import Tenant
@@ -69,30 +70,59 @@ class Rates:
     prompt: Decimal
     cached: Decimal
     completion: Decimal
+    # The price's service-tier multipliers, and the tier this hold is for.
+    priority: Decimal = Decimal(1)
+    flex: Decimal = Decimal(1)
+    service_tier: str = "default"
 
     @classmethod
-    def of(cls, price: Price) -> Rates:
+    def of(cls, price: Price, *, service_tier: str = "default") -> Rates:
         return cls(
             price.pk,
             price.prompt_per_million,
             price.cached_prompt_per_million,
             price.completion_per_million,
+            price.priority_multiplier,
+            price.flex_multiplier,
+            service_tier,
         )
 
     def encode(self) -> str:
-        return f"{self.price_id}|{self.prompt}|{self.cached}|{self.completion}"
+        # The price alone: the ledger remembers it per model, for any tier.
+        return (
+            f"{self.price_id}|{self.prompt}|{self.cached}|{self.completion}"
+            f"|{self.priority}|{self.flex}"
+        )
 
     @classmethod
-    def decode(cls, text: str) -> Rates:
-        price_id, prompt, cached, completion = text.split("|")
-        return cls(int(price_id), Decimal(prompt), Decimal(cached), Decimal(completion))
+    def decode(cls, text: str, *, service_tier: str = "default") -> Rates:
+        parts = text.split("|")
+        # Four parts: remembered before the multipliers (each then 1).
+        price_id, prompt, cached, completion, *multipliers = parts
+        priority, flex = multipliers or ("1", "1")
+        return cls(
+            int(price_id),
+            Decimal(prompt),
+            Decimal(cached),
+            Decimal(completion),
+            Decimal(priority),
+            Decimal(flex),
+            service_tier,
+        )
 
     def cost(self, *, prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> Decimal:
+        multiplier = service_tier_multiplier(
+            self.service_tier, priority=self.priority, flex=self.flex
+        )
         return (
-            (prompt_tokens - cached_tokens) * self.prompt
-            + cached_tokens * self.cached
-            + completion_tokens * self.completion
-        ) / Decimal(1_000_000)
+            (
+                (prompt_tokens - cached_tokens) * self.prompt
+                + cached_tokens * self.cached
+                + completion_tokens * self.completion
+            )
+            * multiplier
+            / Decimal(1_000_000)
+        )
 
 
 @dataclass(slots=True, frozen=True)
@@ -136,6 +166,7 @@ def _reserve_sync(
     prompt_tokens: int,
     completion_tokens: int,
     use_database: bool,
+    service_tier: str = "default",
 ) -> BudgetHold:
     today = timezone.now().astimezone(UTC).date()
     if use_database:
@@ -151,12 +182,12 @@ def _reserve_sync(
     try:
         if use_database:
             price = price_in_force(tier_id=tier_id, model=model, day=today)
-            rates = Rates.of(price) if price is not None else None
+            rates = Rates.of(price, service_tier=service_tier) if price is not None else None
         else:
             encoded = book.recall_price(account=account, model=model)
             if encoded is None:
                 return _unavailable(tenant, hold_id, tier_id, "no price known without the database")
-            rates = Rates.decode(encoded)
+            rates = Rates.decode(encoded, service_tier=service_tier)
         worst = Decimal(0)
         if rates is not None:
             worst = rates.cost(
@@ -195,6 +226,7 @@ async def budget_reserve(
     prompt_tokens: int,
     completion_tokens: int,
     use_database: bool = True,
+    service_tier: str = "default",
 ) -> BudgetHold:
     """Hold the request's worst-case cost against the tenant's monthly budget.
 
@@ -216,6 +248,7 @@ async def budget_reserve(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         use_database=use_database,
+        service_tier=service_tier,
     )
 
 

@@ -251,7 +251,7 @@ def _settle_entry(
         entry.response_id,
         tag.tier_id,
         tag.budget_account,
-        rates=Rates.of(price) if price is not None else None,
+        rates=Rates.of(price, service_tier=tag.service_tier) if price is not None else None,
     )
     period = tag.quota_period or datetime.fromtimestamp(entry.created_at, UTC).strftime("%Y%m")
     ticket = Ticket(entry.response_id, tag.api_key_id, entry.tenant_id, period)

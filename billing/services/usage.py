@@ -66,6 +66,7 @@ def usage_record_create(*, entry: UsageEntry) -> tuple[UsageRecord, bool]:
         regenerated=tag.regenerated,
         tier_id=tier_id,
         price_id=price_id,
+        service_tier=tag.service_tier,
         created_at=created_at,
     )
     # Uniqueness is left to the database: a Python-side check would race.

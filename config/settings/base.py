@@ -428,6 +428,12 @@ WORKER_DRAIN_SECONDS = env_int("WORKER_DRAIN_SECONDS", 30)
 # on before it ends them with a server_shutdown error and exits
 # (inference.admission.drain, config.shutdown).
 WEB_DRAIN_SECONDS = env_int("WEB_DRAIN_SECONDS", 30)
+# service_tier "flex" (inference.admission.queue_wait): it may wait this
+# many times its tier's queue SLA, and is refused (429
+# flex_capacity_unavailable) while its tier's queue on the chosen worker is
+# this many requests deep.
+FLEX_QUEUE_WAIT_FACTOR = float(os.environ.get("FLEX_QUEUE_WAIT_FACTOR") or 4.0)
+FLEX_MAX_QUEUE_DEPTH = env_int("FLEX_MAX_QUEUE_DEPTH", 32)
 # How long a finished response's event stream stays readable for resumes.
 RESPONSE_STREAM_TTL = env_int("RESPONSE_STREAM_TTL", 600)
 # Seconds a response stream may go without any event before the web tier

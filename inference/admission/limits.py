@@ -67,7 +67,12 @@ class Admission:
 
 
 async def _budget_hold(
-    tenant: Tenant, ticket: Ticket, model: str, prompt_tokens: int, completion_tokens: int
+    tenant: Tenant,
+    ticket: Ticket,
+    model: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    service_tier: str,
 ) -> BudgetHold:
     kwargs = dict(
         tenant=tenant,
@@ -76,6 +81,7 @@ async def _budget_hold(
         hold_id=ticket.response_id,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
+        service_tier=service_tier,
     )
     if not db_marked_down():
         try:
@@ -116,6 +122,7 @@ async def limits_admit(
     model: str,
     prompt_tokens: int,
     completion_tokens: int,
+    service_tier: str = "default",
 ) -> Admission:
     """Take the budget hold and the rate-limit reservation, or neither.
 
@@ -126,7 +133,9 @@ async def limits_admit(
     """
     tier = tenant.tier
     try:
-        hold = await _budget_hold(tenant, ticket, model, prompt_tokens, completion_tokens)
+        hold = await _budget_hold(
+            tenant, ticket, model, prompt_tokens, completion_tokens, service_tier
+        )
     except BudgetExhausted as exc:
         metrics.request_refused(reason=metrics.BUDGET, tier=tier.name, model=model)
         raise InsufficientQuota(exc.message) from exc

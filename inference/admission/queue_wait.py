@@ -16,6 +16,20 @@ tier's request starts at once (the engine reclaims capacity lent to others).
 A worker that can start everything it has queued (free slots, KV to
 spare) means no wait, and so does one without a measured rate (a fresh
 worker): nothing is refused without evidence of a real queue.
+
+Under the engine's per-tenant fairness (``fair_queue`` in the worker's
+stats: for each active tenant of a tier and each service class, the
+requests and prompt tokens that would start before a new request of that
+tenant and class) only what is ahead of *this tenant* counts, plus what
+the tenant itself sent since the heartbeat: a light tenant is admitted
+while the tenants flooding its tier wait behind their own queues and are
+refused. A tenant the worker has nothing of starts at the floor of the
+fair order, ahead of every flooder's next request.
+
+``service_tier`` "flex" may wait longer (FLEX_QUEUE_WAIT_FACTOR times the
+tier's SLA) but is the first refused when capacity is short: with the
+tier's queue on the worker FLEX_MAX_QUEUE_DEPTH deep or more, a flex
+request gets 429 ``flex_capacity_unavailable`` with a Retry-After.
 """
 
 from __future__ import annotations
@@ -24,8 +38,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
 from inference.errors import RateLimited
-from wire.requests import GenerationRequest
+from wire.requests import GenerationRequest, ServiceClass
 from wire.workers import WorkerInfo
 
 # Output length assumed for queued requests (the heartbeat has no max_tokens).
@@ -61,13 +77,39 @@ class QueueWaitExceeded(RateLimited):
         self.estimate = estimate
 
 
+class FlexCapacityUnavailable(QueueWaitExceeded):
+    """A flex request when the queue is deep: flex is served from spare
+    capacity and is the first to be turned away (OpenAI's 429 for flex)."""
+
+    code = "flex_capacity_unavailable"
+
+    def __init__(self, estimate: WaitEstimate, *, depth: int, retry_after: float):
+        RateLimited.__init__(
+            self,
+            f"Flex capacity is unavailable right now ({depth} requests queued ahead of"
+            " this tier's flex work). Please retry after the time in the Retry-After"
+            " header, or use service_tier 'default'.",
+            retry_after=max(1.0, retry_after),
+        )
+        self.estimate = estimate
+
+
 def estimate_wait(
-    info: WorkerInfo, *, tier: str, pending: dict[str, tuple[int, int]] | None = None
+    info: WorkerInfo,
+    *,
+    tier: str,
+    pending: dict[str, tuple[int, int]] | None = None,
+    tenant: int | None = None,
+    service_class: str = ServiceClass.DEFAULT,
+    own_pending: tuple[int, int] = (0, 0),
 ) -> WaitEstimate:
     """Seconds before a new ``tier`` request on ``info``'s worker is scheduled.
 
     ``pending``: per tier, (requests, prompt tokens) sent to the worker
-    since its heartbeat, which the heartbeat does not show yet.
+    since its heartbeat, which the heartbeat does not show yet. With
+    ``tenant`` and a worker publishing ``fair_queue``, the wait is the one
+    this tenant's ``service_class`` request will see in the fair order;
+    ``own_pending`` is then what this tenant sent since the heartbeat.
     """
     pending = pending or {}
     stats: dict[str, Any] = info.extra or {}
@@ -78,10 +120,15 @@ def estimate_wait(
     if stats.get("scheduling_policy") == "fair" and isinstance(queued, dict):
         weights = stats.get("tier_weights") or DEFAULT_TIER_WEIGHTS
         own = tier if tier in weights else min(weights, key=weights.__getitem__)
-        mine = queued.get(own) or {}
-        sent = pending.get(own, (0, 0))
-        requests = mine.get("requests", 0) + sent[0]
-        tokens = mine.get("tokens", 0) + sent[1]
+        ahead = _ahead_of_tenant(stats, own, tenant, service_class)
+        if ahead is not None:
+            requests = ahead[0] + own_pending[0]
+            tokens = ahead[1] + own_pending[1]
+        else:
+            mine = queued.get(own) or {}
+            sent = pending.get(own, (0, 0))
+            requests = mine.get("requests", 0) + sent[0]
+            tokens = mine.get("tokens", 0) + sent[1]
         active = {t for t, q in queued.items() if q.get("requests")} | {own}
         share = weights[own] / (sum(weights.get(t, 0.0) for t in active) or 1.0)
     else:
@@ -96,6 +143,36 @@ def estimate_wait(
     return WaitEstimate(work / rate, requests, share)
 
 
+def _ahead_of_tenant(
+    stats: dict[str, Any], tier: str, tenant: int | None, service_class: str
+) -> tuple[int, int] | None:
+    """(requests, prompt tokens) ahead of a new request of ``tenant`` in the
+    worker's fair order; None when the worker publishes no fair order."""
+    fair = stats.get("fair_queue")
+    if tenant is None or not isinstance(fair, dict):
+        return None
+    entry = ((fair.get(tier) or {}).get("tenants") or {}).get(str(tenant))
+    if not isinstance(entry, dict):
+        # Nothing of this tenant on the worker: it starts at the floor of
+        # the fair order, ahead of every other tenant's next request.
+        return (0, 0)
+    ahead = entry.get(service_class) or entry.get(ServiceClass.DEFAULT) or {}
+    return (int(ahead.get("requests", 0)), int(ahead.get("tokens", 0)))
+
+
+def tier_queue_depth(
+    info: WorkerInfo, *, tier: str, pending: dict[str, tuple[int, int]] | None = None
+) -> int:
+    """Interactive requests of ``tier`` queued on the worker (all of them
+    without per-tier stats), counting those sent since its heartbeat."""
+    pending = pending or {}
+    stats: dict[str, Any] = info.extra or {}
+    queued = stats.get("queued_by_tier")
+    if isinstance(queued, dict):
+        return int((queued.get(tier) or {}).get("requests", 0)) + pending.get(tier, (0, 0))[0]
+    return info.waiting + info.swapped + sum(n for n, _ in pending.values())
+
+
 def _saturated(info: WorkerInfo, stats: dict[str, Any], pending) -> bool:
     """The worker cannot start everything it has queued right away."""
     if info.kv_usage >= KV_NEARLY_FULL or info.swapped:
@@ -105,17 +182,22 @@ def _saturated(info: WorkerInfo, stats: dict[str, Any], pending) -> bool:
     return bool(capacity) and info.running + info.waiting + sent >= capacity
 
 
-# worker_id -> (heartbeat_at, {tier: [requests, prompt tokens]}) sent since.
-_pending: dict[str, tuple[float, dict[str, list[int]]]] = {}
+# worker_id -> (heartbeat_at, {tier: [requests, prompt tokens]},
+# {(tier, tenant): [requests, prompt tokens]}) sent since.
+_pending: dict[
+    str, tuple[float, dict[str, list[int]], dict[tuple[str, int | None], list[int]]]
+] = {}
 # tier name -> (read at, queue_sla_seconds or None for an unknown tier).
 _sla_cache: dict[str, tuple[float, float | None]] = {}
 
 
-def _pending_for(info: WorkerInfo) -> dict[str, list[int]]:
+def _pending_for(
+    info: WorkerInfo,
+) -> tuple[dict[str, list[int]], dict[tuple[str, int | None], list[int]]]:
     seen = _pending.get(info.worker_id)
     if seen is None or seen[0] != info.heartbeat_at:
-        seen = _pending[info.worker_id] = (info.heartbeat_at, {})
-    return seen[1]
+        seen = _pending[info.worker_id] = (info.heartbeat_at, {}, {})
+    return seen[1], seen[2]
 
 
 async def tier_queue_sla(name: str) -> float | None:
@@ -142,16 +224,40 @@ async def tier_queue_sla(name: str) -> float | None:
 
 async def admission_check(info: WorkerInfo, request: GenerationRequest) -> WaitEstimate:
     """Refuse ``request`` (QueueWaitExceeded, a 429) if its estimated wait on
-    ``info``'s worker exceeds its tier's SLA; otherwise count it as pending
-    there until the worker's next heartbeat."""
-    pending = _pending_for(info)
+    ``info``'s worker exceeds its tier's SLA (flex: FlexCapacityUnavailable,
+    see the module); otherwise count it as pending there until the worker's
+    next heartbeat."""
+    pending, by_tenant = _pending_for(info)
     snapshot = {tier: (n, t) for tier, (n, t) in pending.items()}
-    estimate = estimate_wait(info, tier=request.tier, pending=snapshot)
+    own_key = (request.tier, request.tenant_id)
+    own = by_tenant.get(own_key, [0, 0])
+    service_class = request.service_class
+    estimate = estimate_wait(
+        info,
+        tier=request.tier,
+        pending=snapshot,
+        tenant=request.tenant_id,
+        service_class=service_class.value,
+        own_pending=(own[0], own[1]),
+    )
+    flex = service_class is ServiceClass.FLEX
+    if flex:
+        depth = tier_queue_depth(info, tier=request.tier, pending=snapshot)
+        if depth >= settings.FLEX_MAX_QUEUE_DEPTH:
+            tier_wide = estimate_wait(info, tier=request.tier, pending=snapshot)
+            raise FlexCapacityUnavailable(estimate, depth=depth, retry_after=tier_wide.seconds)
     if estimate.seconds > 0:
         sla = await tier_queue_sla(request.tier)
+        if sla is not None and flex:
+            sla *= settings.FLEX_QUEUE_WAIT_FACTOR
+            if estimate.seconds > sla:
+                raise FlexCapacityUnavailable(
+                    estimate, depth=estimate.requests_ahead, retry_after=estimate.seconds - sla
+                )
         if sla is not None and estimate.seconds > sla:
             raise QueueWaitExceeded(estimate, sla)
-    sent = pending.setdefault(request.tier, [0, 0])
-    sent[0] += 1
-    sent[1] += len(request.prompt_token_ids)
+    tokens = len(request.prompt_token_ids)
+    for sent in (pending.setdefault(request.tier, [0, 0]), by_tenant.setdefault(own_key, own)):
+        sent[0] += 1
+        sent[1] += tokens
     return estimate

@@ -50,6 +50,7 @@ def usage_tag(
     user_id: int | None,
     source: str,
     regenerated: bool,
+    service_tier: str = "default",
 ) -> UsageTag:
     """What a usage entry must carry for billing to settle it alone."""
     hold = admission.hold
@@ -62,6 +63,7 @@ def usage_tag(
         price_id=hold.price_id,
         budget_account=hold.account,
         quota_period=admission.ticket.period,
+        service_tier=service_tier,
     )
 
 

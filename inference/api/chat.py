@@ -13,6 +13,7 @@ from typing import Any
 from inference.api.schemas import ChatCompletionRequest, ChatMessage
 from inference.errors import InvalidRequest
 from inference.request import ChatPrompt, ChatTurn, InferenceRequest, ToolCallRef, new_response_id
+from inference.service_tier import service_class_for
 from inference.tool_calls.checks import tools_compile
 from inference.tool_calls.setup import tool_setup
 from tenants.models import Tenant
@@ -65,6 +66,7 @@ def chat_request(
         conversation_id=conversation_id or payload.prompt_cache_key,
         user=payload.user or payload.safety_identifier,
         include_usage=payload.include_usage,
+        service_class=service_class_for(requested=payload.service_tier, tier=tenant.tier),
     )
 
 

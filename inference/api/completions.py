@@ -42,6 +42,7 @@ from inference.relay.tap import (
     release_db_connection,
 )
 from inference.request import InferenceRequest, TextPrompt, new_response_id
+from inference.service_tier import service_class_for
 from sampling_rules.limits import MAX_N, MAX_TOP_LOGPROBS
 from tenants.models import ApiKey, Tenant, Tier
 from wire.events import Event
@@ -78,6 +79,7 @@ SHARED_FIELDS = (
     "skip_special_tokens",
     "prompt_logprobs",
     "deterministic",
+    "service_tier",
 )
 _Shared = create_model(
     "_SharedSampling",
@@ -181,6 +183,7 @@ def completion_requests(
             trace=trace,
             user=request.user,
             include_usage=bool(request.stream_options and request.stream_options.include_usage),
+            service_class=service_class_for(requested=request.service_tier, tier=tenant.tier),
         )
         for prompt, text in zip(prompts, texts, strict=True)
     ]
@@ -215,6 +218,7 @@ async def completions_create(
         echoes=echoes,
         logprobs=request.logprobs,
         include_usage=bool(request.stream_options and request.stream_options.include_usage),
+        service_tier=merged.route.service_tier,
     )
     if request.stream:
         resumable = wants_resumable(headers.get(RESUMABLE_HEADER))

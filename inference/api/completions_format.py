@@ -98,6 +98,8 @@ class CompletionFrames:
     echoes: list[PromptEcho | None]
     logprobs: int | None
     include_usage: bool
+    # The service tier actually used (inference.service_tier), on every chunk.
+    service_tier: str = "default"
     ledger: UsageLedger = field(default_factory=UsageLedger)
     started: set[int] = field(default_factory=set)
     finished: set[int] = field(default_factory=set)
@@ -208,4 +210,5 @@ def completion_result(
         "model": frames.model,
         "choices": choices,
         "usage": usage_payload(frames.ledger.usage(terminal)),
+        "service_tier": frames.service_tier,
     }

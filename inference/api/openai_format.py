@@ -92,14 +92,15 @@ def default_finish_reason(terminal: Terminal) -> str:
 def stream_chunk(
     stream: Any, kind: str, choices: list[dict[str, Any]], extra: dict[str, Any]
 ) -> dict[str, Any]:
-    """One streamed body of ``kind`` for ``stream`` (its id, created and
-    model); ``usage: null`` on every chunk but the last when the client
-    asked for the usage chunk, as OpenAI sends it."""
+    """One streamed body of ``kind`` for ``stream`` (its id, created, model
+    and service tier); ``usage: null`` on every chunk but the last when the
+    client asked for the usage chunk, as OpenAI sends it."""
     chunk = {
         "id": stream.response_id,
         "object": kind,
         "created": stream.created,
         "model": stream.model,
+        "service_tier": stream.service_tier,
         "choices": choices,
     }
     if stream.include_usage:
@@ -130,6 +131,8 @@ class ChunkStream:
     created: int
     n: int
     include_usage: bool
+    # The service tier actually used (inference.service_tier), on every chunk.
+    service_tier: str = "default"
     ledger: UsageLedger = field(default_factory=UsageLedger)
     finished: set[int] = field(default_factory=set)
     role_sent: bool = False
@@ -204,6 +207,8 @@ class CompletionBuilder:
     created: int
     n: int
     logprobs: bool
+    # The service tier actually used (inference.service_tier).
+    service_tier: str = "default"
     ledger: UsageLedger = field(default_factory=UsageLedger)
     texts: dict[int, list[str]] = field(default_factory=dict)
     token_logprobs: dict[int, list[TokenLogprob]] = field(default_factory=dict)
@@ -259,6 +264,7 @@ class CompletionBuilder:
             "model": self.model,
             "choices": choices,
             "usage": usage_payload(self.ledger.usage(terminal)),
+            "service_tier": self.service_tier,
         }
         if self.prompt_logprobs is not None:
             result["prompt_logprobs"] = prompt_logprobs_json(self.prompt_logprobs)

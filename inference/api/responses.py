@@ -38,6 +38,7 @@ from inference.relay.tap import (
     release_db_connection,
 )
 from inference.request import ChatPrompt, ChatTurn, InferenceRequest, new_response_id
+from inference.service_tier import ServiceTier, service_class_for
 from tenants.models import ApiKey, Tenant
 from wire.events import Created, Delta, Event, Terminal, TokenUsage
 from wire.sampling import Sampling
@@ -80,6 +81,8 @@ class ResponsesRequest(RequestBody):
     metadata: (
         Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None
     ) = None
+    # Scheduling class within the tenant's tier (inference.service_tier).
+    service_tier: ServiceTier | None = None
 
     @field_validator("previous_response_id")
     @classmethod
@@ -117,6 +120,7 @@ def response_request(request: ResponsesRequest, *, tenant: Tenant) -> InferenceR
         trace=TraceContext.current(),
         max_tokens_param="max_output_tokens",
         user=request.user,
+        service_class=service_class_for(requested=request.service_tier, tier=tenant.tier),
     )
 
 
@@ -142,10 +146,13 @@ class ResponseShape:
     response_id: str
     model: str
     created_at: int
+    # The service tier actually used (the route's), echoed in every body.
+    service_tier: str = "default"
 
     @classmethod
     def of(cls, request: ResponsesRequest, tap: ResponseTap) -> ResponseShape:
-        return cls(request, tap.route.response_id, tap.route.model, int(time.time()))
+        route = tap.route
+        return cls(request, route.response_id, route.model, int(time.time()), route.service_tier)
 
     @property
     def message_id(self) -> str:
@@ -193,6 +200,7 @@ class ResponseShape:
             "top_p": 1.0 if r.top_p is None else r.top_p,
             "truncation": "disabled",
             "usage": response_usage(usage) if usage is not None else None,
+            "service_tier": self.service_tier,
             "user": r.user,
             "metadata": r.metadata or {},
         }

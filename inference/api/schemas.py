@@ -22,6 +22,7 @@ from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from inference.errors import InvalidRequest
+from inference.service_tier import ServiceTier
 from inference.storable import first_unstorable, unstorable_reason
 from inference.tool_calls.checks import messages_check, tools_check
 from inference.tool_calls.schema_guard import schema_shape_check
@@ -230,15 +231,16 @@ class ChatCompletionRequest(RequestBody):
     response_format: ResponseFormat | None = None
     # OpenAI's fields that are honoured another way: legacy functions as
     # tools; prompt_cache_key as the routing conversation (fleet.routing);
-    # safety_identifier, which replaces user, as user; every service tier
-    # is served as "default".
+    # safety_identifier, which replaces user, as user; service_tier is the
+    # scheduling class within the tenant's tier (inference.service_tier),
+    # and the response echoes the one actually used.
     functions: (
         Annotated[list[FunctionDefinition], Field(min_length=1, max_length=MAX_TOOLS)] | None
     ) = None
     function_call: LegacyFunctionCall | None = None
     prompt_cache_key: Annotated[str, Field(max_length=256)] | None = None
     safety_identifier: Annotated[str, Field(max_length=256)] | None = None
-    service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast"] | None = None
+    service_tier: ServiceTier | None = None
     # Only text comes out of these models: ["text"] is the one honoured value.
     modalities: list[Literal["text", "audio"]] | None = None
     # Accepted and ignored: nothing is stored, no reasoning or search model
@@ -444,6 +446,8 @@ class ChatCompletion(Schema):
     system_fingerprint: str | None = None
     choices: list[Choice]
     usage: Usage
+    # The service tier the response was served at (inference.service_tier).
+    service_tier: str
     # With the request's prompt_logprobs (vLLM's extra): per prompt token,
     # None for the first, else token id -> its logprob and alternatives'.
     prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
@@ -484,6 +488,7 @@ class ChatCompletionChunk(Schema):
     system_fingerprint: str | None = None
     choices: list[ChunkChoice]
     usage: Usage | None = None
+    service_tier: str
 
 
 class ModelObject(Schema):

@@ -78,7 +78,12 @@ async def stream_response(
     if frames is None:
         frames = with_tool_calls(
             ChunkStream(
-                route.response_id, route.model, route.created, route.n, route.include_usage
+                route.response_id,
+                route.model,
+                route.created,
+                route.n,
+                route.include_usage,
+                service_tier=route.service_tier,
             ),
             route,
         )

@@ -104,6 +104,9 @@ class ResponseRoute:
     tier: str = ""
     # How to read tool calls out of the text; None: plain text.
     tool_parsing: ToolParsing | None = None
+    # The service tier the request is served at (inference.service_tier):
+    # echoed in the response, and a label of the latency metrics.
+    service_tier: str = "default"
 
 
 @dataclass(slots=True, frozen=True)
@@ -223,7 +226,10 @@ class ResponseTap:
                     if awaiting_first_token and _has_tokens(event):
                         awaiting_first_token = False
                         metrics.first_token_observe(
-                            tier=self.route.tier, model=self.route.model, sent_at=self.sent_at
+                            tier=self.route.tier,
+                            model=self.route.model,
+                            sent_at=self.sent_at,
+                            service_tier=self.route.service_tier,
                         )
                     self._queue.put_nowait(event)
         except asyncio.CancelledError:
@@ -247,7 +253,12 @@ class ResponseTap:
         metrics.lag_observe(metrics.RELAY_LAG, model, ended_at)
         if self._settlement is not None:
             metrics.RESPONSES.labels(model, final.type.value).inc()
-            metrics.queue_wait_observe(tier=self.route.tier, model=model, terminal=final)
+            metrics.queue_wait_observe(
+                tier=self.route.tier,
+                model=model,
+                terminal=final,
+                service_tier=self.route.service_tier,
+            )
             try:
                 with tracer.start_as_current_span("usage.settle"):
                     await response_settle(
@@ -361,7 +372,14 @@ async def completion_response(tap: ResponseTap) -> JsonResponse:
     """Wait for the whole response and answer one ``chat.completion``."""
     route = tap.route
     builder = with_tool_calls(
-        CompletionBuilder(route.response_id, route.model, route.created, route.n, route.logprobs),
+        CompletionBuilder(
+            route.response_id,
+            route.model,
+            route.created,
+            route.n,
+            route.logprobs,
+            service_tier=route.service_tier,
+        ),
         route,
     )
     await release_db_connection()

@@ -113,3 +113,13 @@ def test_revoking_a_key_purges_its_cached_authentication_at_once(
     # committed, remembering it afterwards, does not bring it back.
     auth_cache_remember(api_key=api_key)
     assert auth_cache_authenticate(raw_key=raw) is None
+
+
+def test_the_cached_tier_keeps_its_service_tier_settings(api_key_factory):
+    """With the database down an enterprise key may still ask for priority."""
+    services.snapshot_publish()
+    snapshot_current()
+    api_key, raw = api_key_factory(tier="enterprise")
+    auth_cache_remember(api_key=api_key_authenticate(raw_key=raw))
+    tier = auth_cache_authenticate(raw_key=raw).tenant.tier
+    assert (tier.priority_service_tier, tier.auto_service_tier) == (True, "default")

@@ -99,3 +99,22 @@ def test_redis_holds_one_document_per_key(fleet_snapshot_key, settings, tiers):
     services.snapshot_publish()
     client = redis.Redis.from_url(settings.REDIS_URL)
     assert json.loads(client.hget(fleet_snapshot_key, "document"))["version"] >= 1
+
+
+def test_tiers_carry_their_service_tier_settings_and_older_snapshots_still_parse(tiers):
+    """The auth cache's stand-in tier (database down) needs them; a snapshot
+    published before them parses with priority off and auto as default."""
+    services.snapshot_publish()
+    snap = snapshot_current()
+    assert snap.tiers["enterprise"].priority_service_tier is True
+    assert snap.tiers["pro"].priority_service_tier is False
+    assert snap.tiers["pro"].auto_service_tier == "default"
+    document = services.snapshot_build(version=1)
+    for tier in document["tiers"].values():
+        del tier["priority_service_tier"], tier["auto_service_tier"]
+    older = snapshot_parse(document)
+    assert older.tiers["enterprise"].priority_service_tier is False
+    assert older.tiers["enterprise"].auto_service_tier == "default"
+    document["tiers"]["pro"]["auto_service_tier"] = 3
+    with pytest.raises(SnapshotInvalid, match="auto_service_tier"):
+        snapshot_parse(document)

@@ -26,7 +26,17 @@ pytestmark = [
 MESSAGES = [{"role": "user", "content": "Say hi"}]
 # Labels our web metrics may carry: never a tenant or an API key.
 # Celery task metrics (task, state) share the registry: bounded, never per tenant.
-ALLOWED_LABELS = {"reason", "tier", "model", "status", "le", "task", "state", "outcome"}
+ALLOWED_LABELS = {
+    "reason",
+    "tier",
+    "service_tier",
+    "model",
+    "status",
+    "le",
+    "task",
+    "state",
+    "outcome",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -104,12 +114,14 @@ async def test_a_streamed_response_is_counted_once_with_its_lags(fake_worker, pr
         before, "llmp_streams_open", model=DEMO
     )
     assert grew("llmp_relay_lag_seconds_count", model=DEMO) == 1
-    # By tier and model: the first token as the relay read it, and the
-    # queue wait the worker reported (1.4 ms, the scripted terminal's).
-    assert grew("llmp_time_to_first_token_seconds_count", tier="pro", model=DEMO) == 1
-    assert 0 < grew("llmp_time_to_first_token_seconds_sum", tier="pro", model=DEMO) < 5
-    assert grew("llmp_queue_wait_seconds_count", tier="pro", model=DEMO) == 1
-    assert grew("llmp_queue_wait_seconds_sum", tier="pro", model=DEMO) == pytest.approx(0.0014)
+    # By tier, service tier and model: the first token as the relay read
+    # it, and the queue wait the worker reported (1.4 ms, the scripted
+    # terminal's).
+    served = {"tier": "pro", "service_tier": "default", "model": DEMO}
+    assert grew("llmp_time_to_first_token_seconds_count", **served) == 1
+    assert 0 < grew("llmp_time_to_first_token_seconds_sum", **served) < 5
+    assert grew("llmp_queue_wait_seconds_count", **served) == 1
+    assert grew("llmp_queue_wait_seconds_sum", **served) == pytest.approx(0.0014)
     assert grew("llmp_usage_settlement_lag_seconds_count", model=DEMO) == 1
     # The settlement includes the relay's part, and both are short here.
     settle_sum = grew("llmp_usage_settlement_lag_seconds_sum", model=DEMO)
@@ -131,3 +143,25 @@ async def test_no_web_metric_is_labelled_by_tenant_or_key(fake_worker, pro_key):
     ]
     assert ours
     assert {label for _, labels in ours for label, _ in labels} <= ALLOWED_LABELS
+
+
+async def test_latency_histograms_are_labelled_by_the_service_tier_served(
+    fake_worker, api_key_factory, demo_model
+):
+    """Priority asked on pro is served (and labelled) default; flex is flex.
+    Never a tenant: the label set is tier, service tier and model."""
+    fake_worker(tokens=2)
+    _, key = await sync_to_async(api_key_factory)(tier="pro")
+    client = sdk_client(key)
+    before = await scrape()
+    for tier in ("flex", "priority"):
+        await client.chat.completions.create(model=DEMO, messages=MESSAGES, service_tier=tier)
+    await relay.drain_background()
+    after = await scrape()
+
+    def grew(name: str, service_tier: str) -> float:
+        labels = {"tier": "pro", "service_tier": service_tier, "model": DEMO}
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    for name in ("llmp_time_to_first_token_seconds_count", "llmp_queue_wait_seconds_count"):
+        assert (grew(name, "flex"), grew(name, "default"), grew(name, "priority")) == (1, 1, 0)

@@ -37,13 +37,27 @@ def test_data_migration_seeds_the_default_tiers(tiers):
     writes those values back over edited rows."""
     from django.apps import apps
 
-    assert [dict(spec) for spec in DEFAULT_TIERS] == seed_migration.TIERS
+    # Fields added after 0002 are seeded by their own migrations (0005).
+    later = {"priority_service_tier", "auto_service_tier"}
+    frozen = [{k: v for k, v in spec.items() if k not in later} for spec in DEFAULT_TIERS]
+    assert frozen == seed_migration.TIERS
     Tier.objects.update(rpm=1, api_access=True, scheduling_weight=Decimal("0.01"))
     seed_migration.seed_tiers(apps, None)
     rows = {t.name: t for t in Tier.objects.all()}
     for spec in DEFAULT_TIERS:
         for field, value in spec.items():
             assert getattr(rows[spec["name"]], field) == value, (spec["name"], field)
+
+
+def test_only_enterprise_may_use_the_priority_service_tier_by_default(tiers):
+    """Migration 0005 (and DEFAULT_TIERS): priority is an enterprise setting,
+    and every tier's "auto" is "default"."""
+    assert {n: t.priority_service_tier for n, t in tiers.items()} == {
+        "free": False,
+        "pro": False,
+        "enterprise": True,
+    }
+    assert {t.auto_service_tier for t in tiers.values()} == {"default"}
 
 
 def test_per_key_limits_above_the_tier_are_rejected(tenant_factory):

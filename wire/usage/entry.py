@@ -56,6 +56,9 @@ class UsageTag:
     budget_account: str | None = None
     # "YYYYMM": the month the rate limiter charged the reservation to.
     quota_period: str = ""
+    # The scheduling class served at (wire.requests.ServiceClass's value,
+    # OpenAI's service_tier as used): the price's multiplier applies.
+    service_tier: str = "default"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> UsageTag:
