@@ -67,7 +67,7 @@ def invoice_lines_compute(*, tenant: Tenant, period: date) -> list[LineDraft]:
         line.prompt_tokens += g.prompt_tokens
         line.cached_tokens += g.cached_tokens
         line.completion_tokens += g.completion_tokens
-        line.cost += price.cost(
+        line.cost += g.price_multiplier * price.cost(
             prompt_tokens=g.prompt_tokens,
             cached_tokens=g.cached_tokens,
             completion_tokens=g.completion_tokens,

@@ -83,6 +83,8 @@ class UsageGroup:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
+    # The records' fraction of the price (batch usage: the batch discount).
+    price_multiplier: Decimal = Decimal(1)
 
 
 def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
@@ -115,14 +117,25 @@ def usage_groups(
                 output_field=BooleanField(),
             ),
         )
-        .values("tenant_id", "record_tier", "day", "api_key_id", "model", "billable", "price_id")
+        .values(
+            "tenant_id",
+            "record_tier",
+            "day",
+            "api_key_id",
+            "model",
+            "billable",
+            "price_id",
+            "price_multiplier",
+        )
         .annotate(
             requests=Count("id"),
             prompt=Sum("prompt_tokens"),
             cached=Sum("cached_tokens"),
             completion=Sum("completion_tokens"),
         )
-        .order_by("day", "tenant_id", "model", "api_key_id", "record_tier", "price_id")
+        .order_by(
+            "day", "tenant_id", "model", "api_key_id", "record_tier", "price_id", "price_multiplier"
+        )
     )
     return [
         UsageGroup(
@@ -137,6 +150,7 @@ def usage_groups(
             prompt_tokens=int(row["prompt"]),
             cached_tokens=int(row["cached"]),
             completion_tokens=int(row["completion"]),
+            price_multiplier=row["price_multiplier"],
         )
         for row in rows
     ]

@@ -1,7 +1,9 @@
 """The one writer of usage records: from a response's usage entry."""
 
 from datetime import UTC, datetime
+from decimal import Decimal
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from billing.models import UsageRecord
@@ -46,6 +48,9 @@ def usage_record_create(*, entry: UsageEntry) -> tuple[UsageRecord, bool]:
     if price_id is None:
         price = price_in_force(tier_id=tier_id, model=entry.model, day=created_at.date())
         price_id = price.pk if price is not None else None
+    multiplier = Decimal(1)
+    if tag.source == UsageRecord.Source.BATCH:
+        multiplier = settings.BATCH_PRICE_MULTIPLIER
     record = UsageRecord(
         response_id=entry.response_id,
         tenant_id=entry.tenant_id,
@@ -66,6 +71,7 @@ def usage_record_create(*, entry: UsageEntry) -> tuple[UsageRecord, bool]:
         regenerated=tag.regenerated,
         tier_id=tier_id,
         price_id=price_id,
+        price_multiplier=multiplier,
         created_at=created_at,
     )
     # Uniqueness is left to the database: a Python-side check would race.
