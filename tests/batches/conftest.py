@@ -14,8 +14,8 @@ import pytest
 
 
 @pytest.fixture
-def batches_in_process(settings, tmp_path):
-    settings.BATCHES_IN_PROCESS = True
+def batch_files(settings, tmp_path):
+    """Batch files in a directory of the test's own."""
     settings.BATCH_FEED_ROUND_SECONDS = 2.0
     settings.STORAGES = {
         **settings.STORAGES,
@@ -24,7 +24,38 @@ def batches_in_process(settings, tmp_path):
             "OPTIONS": {"location": str(tmp_path / "batch-files")},
         },
     }
+    return tmp_path / "batch-files"
+
+
+@pytest.fixture
+def batches_in_process(settings, batch_files):
+    settings.BATCHES_IN_PROCESS = True
     return settings
+
+
+@pytest.fixture(scope="module")
+def batches_celery_worker():
+    """A real Celery worker thread on the ``batches`` queue (the broker on Redis)."""
+    from celery.contrib.testing.worker import start_worker
+
+    from config.celery_app import app
+    from tests.redis_helpers import celery_test_url, redis_up
+
+    url = celery_test_url()
+    if not redis_up(url):
+        pytest.skip("Redis is not reachable")
+    app.conf.update(broker_url=url, result_backend=url, task_always_eager=False)
+    with app.connection_for_write() as conn:
+        conn.default_channel.queue_purge("batches")
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=4,
+        perform_ping_check=False,
+        queues=["batches"],
+        shutdown_timeout=30,
+    ) as worker:
+        yield worker
 
 
 def jsonl(*records) -> io.BytesIO:
