@@ -35,6 +35,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from batches import metrics
 from batches.models import Batch, BatchLine
 from batches.services.files import batch_storage
 from inference import services
@@ -59,7 +60,7 @@ NOT_RUN = {
     "batch_cancelled": "The batch was cancelled before this request completed.",
     "batch_expired": "This request could not be executed before the completion window expired.",
     "insufficient_quota": "The batch stopped: your organization's budget or quota is exhausted.",
-    "invalid_api_key": "The API key that created this batch was revoked.",
+    "invalid_api_key": "The API key that created this batch was revoked or expired.",
 }
 
 
@@ -244,7 +245,7 @@ def _stop_reason(batch: Batch, key: ApiKey | None) -> str | None:
         return batch.stop_code
     if timezone.now() >= batch.expires_at:
         return "expired"
-    if key is None or key.revoked_at is not None:
+    if key is None or key.is_revoked or key.is_expired:
         return "invalid_api_key"
     return None
 
@@ -277,6 +278,7 @@ async def _feed(batch_id: str) -> Next:
                     for line in await sync_to_async(lines_claim)(batch_id=batch_id, want=want):
                         task = asyncio.create_task(line_run(line=line, batch=batch, api_key=key))
                         running[task] = line
+                        metrics.RUNNING.inc()
             if not running:
                 break
             done, _ = await asyncio.wait(
@@ -284,7 +286,9 @@ async def _feed(batch_id: str) -> Next:
             )
             for task in done:
                 line = running.pop(task)
+                metrics.RUNNING.dec()
                 result = task.result()
+                _count(result)
                 if result.outcome == Outcome.RETRY:
                     backoff_until = time.monotonic() + BACKOFF_SECONDS
                 await sync_to_async(line_finish)(line=line, result=result)
@@ -295,10 +299,12 @@ async def _feed(batch_id: str) -> Next:
         for task in running:
             task.cancel()
         for task, line in running.items():
+            metrics.RUNNING.dec()
             try:
                 result = await task
             except asyncio.CancelledError:
                 continue
+            _count(result)
             await sync_to_async(line_finish)(line=line, result=result)
         if running:
             await sync_to_async(_lines_unclaim)(lines=list(running.values()))
@@ -315,6 +321,13 @@ async def _feed(batch_id: str) -> Next:
         ).exists
     )()
     return Next.FEED if pending else Next.FINALIZE
+
+
+def _count(result: LineResult) -> None:
+    metrics.LINES.labels(result.outcome.value).inc()
+    if result.outcome == Outcome.SUCCEEDED:
+        usage = (result.record["response"]["body"] or {}).get("usage") or {}
+        metrics.TOKENS.inc(usage.get("completion_tokens", 0))
 
 
 def _lines_unclaim(*, lines: list[BatchLine]) -> None:
@@ -389,6 +402,7 @@ def batch_finalize(*, batch_id: str) -> bool:
     if getattr(batch, stamp) is None:
         setattr(batch, stamp, timezone.now())
     batch.save(update_fields=["output_file", "error_file", "completed", "failed", "status", stamp])
+    metrics.DURATION.labels(final).observe((timezone.now() - batch.created_at).total_seconds())
     return True
 
 
