@@ -53,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 # How often a round looks at the batch's status (cancel, expiry).
 POLL_SECONDS = 1.0
+# How often a round that runs long (lines still generating) says it lives.
+HEARTBEAT_SECONDS = 10.0
 # Wait after a line was refused for capacity (rate limits, no worker).
 BACKOFF_SECONDS = 2.0
 # What a line that never ran says in the error file, by why it did not.
@@ -262,7 +264,9 @@ async def _feed(batch_id: str) -> Next:
     if batch is None or batch.done:
         return Next.NOTHING
     await sync_to_async(stale_lines_release)(batch_id=batch_id)
-    deadline = time.monotonic() + settings.BATCH_FEED_ROUND_SECONDS
+    await sync_to_async(_heartbeat)(batch_id)
+    beat = time.monotonic()
+    deadline = beat + settings.BATCH_FEED_ROUND_SECONDS
     running: dict[asyncio.Task, BatchLine] = {}
     stopped: str | None = None
     backoff_until = 0.0
@@ -293,6 +297,9 @@ async def _feed(batch_id: str) -> Next:
                     backoff_until = time.monotonic() + BACKOFF_SECONDS
                 await sync_to_async(line_finish)(line=line, result=result)
             batch = await sync_to_async(Batch.objects.get)(pk=batch_id)
+            if time.monotonic() - beat > HEARTBEAT_SECONDS:
+                await sync_to_async(_heartbeat)(batch_id)
+                beat = time.monotonic()
     finally:
         # Cancelled, expired, stopped or this task is going away: the lines
         # still in flight are aborted (their taps abandon the generation).
@@ -321,6 +328,11 @@ async def _feed(batch_id: str) -> Next:
         ).exists
     )()
     return Next.FEED if pending else Next.FINALIZE
+
+
+def _heartbeat(batch_id: str) -> None:
+    # A live feeder, even one waiting for room: the sweep leaves it alone.
+    Batch.objects.filter(pk=batch_id).update(fed_at=timezone.now())
 
 
 def _count(result: LineResult) -> None:
