@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 FINALIZE_RETRY_SECONDS = 1.0
 # A round that found no room (the tenant's other batches hold its slots).
 FEED_RETRY_SECONDS = 1.0
+# The beat's schedule of batches_sweep (config/settings/base.py), in-process too.
+SWEEP_SECONDS = 60.0
 
 
 def enqueue(task, batch_id: str, *, countdown: float = 0) -> None:
@@ -71,6 +73,33 @@ def batches_sweep() -> int:
     for batch_id, next_step in work:
         _follow(batch_id, next_step)
     return len(work)
+
+
+_sweeper: threading.Thread | None = None
+_sweeper_lock = threading.Lock()
+
+
+def sweeper_start() -> threading.Thread:
+    """Without Celery beat (``BATCHES_IN_PROCESS``): the sweep in a daemon
+    thread every SWEEP_SECONDS, so batches resume after a restart and expire."""
+    global _sweeper
+    with _sweeper_lock:
+        if _sweeper is None or not _sweeper.is_alive():
+            _sweeper = threading.Thread(target=_sweep_forever, name="batches-sweep", daemon=True)
+            _sweeper.start()
+        return _sweeper
+
+
+def _sweep_forever() -> None:
+    stop = threading.Event()
+    while not stop.wait(SWEEP_SECONDS):
+        try:
+            batches_sweep.apply(throw=True)
+        except Exception:
+            # Tried again next time; nothing is lost in between.
+            logger.exception("batch sweep failed")
+        finally:
+            connections.close_all()
 
 
 def _follow(batch_id: str, next_step: Next) -> None:

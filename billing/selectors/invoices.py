@@ -34,6 +34,8 @@ class LineDraft:
     completion_tokens: int = 0
     # Exact, unrounded; the line's amount is this rounded to cents.
     cost: Decimal = Decimal(0)
+    # Batch API usage at its discount is a line of its own (1: interactive).
+    price_multiplier: Decimal = Decimal(1)
 
 
 def invoice_lines_compute(*, tenant: Tenant, period: date) -> list[LineDraft]:
@@ -60,7 +62,14 @@ def invoice_lines_compute(*, tenant: Tenant, period: date) -> list[LineDraft]:
                 "add one in the admin, then issue the invoice again."
             )
         line = lines.setdefault(
-            (g.model, price.pk), LineDraft(g.model, price, first_day=g.day, last_day=g.day)
+            (g.model, price.pk, g.price_multiplier),
+            LineDraft(
+                g.model,
+                price,
+                first_day=g.day,
+                last_day=g.day,
+                price_multiplier=g.price_multiplier,
+            ),
         )
         line.first_day, line.last_day = min(line.first_day, g.day), max(line.last_day, g.day)
         line.requests += g.requests
@@ -72,7 +81,9 @@ def invoice_lines_compute(*, tenant: Tenant, period: date) -> list[LineDraft]:
             cached_tokens=g.cached_tokens,
             completion_tokens=g.completion_tokens,
         )
-    return sorted(lines.values(), key=lambda line: (line.model, line.first_day))
+    return sorted(
+        lines.values(), key=lambda line: (line.model, line.first_day, -line.price_multiplier)
+    )
 
 
 def invoice_list(*, tenant: Tenant) -> QuerySet[Invoice]:
@@ -91,12 +102,12 @@ def invoice_differences(*, invoice: Invoice) -> list[str]:
     was closed) or a price edited under an issued invoice show up here.
     """
     drafts = {
-        (d.model, d.price.pk): d
+        (d.model, d.price.pk, d.price_multiplier): d
         for d in invoice_lines_compute(tenant=invoice.tenant, period=invoice.period)
     }
     differences = []
     for line in invoice.lines.all():
-        draft = drafts.pop((line.model, line.price_id), None)
+        draft = drafts.pop((line.model, line.price_id, line.price_multiplier), None)
         if draft is None:
             differences.append(f"{line.model} at price {line.price_id}: no usage now")
             continue

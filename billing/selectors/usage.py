@@ -85,6 +85,8 @@ class UsageGroup:
     completion_tokens: int
     # The records' fraction of the price (batch usage: the batch discount).
     price_multiplier: Decimal = Decimal(1)
+    # UsageRecord.Source: api, console or batch.
+    source: str = "api"
 
 
 def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
@@ -126,6 +128,7 @@ def usage_groups(
             "billable",
             "price_id",
             "price_multiplier",
+            "source",
         )
         .annotate(
             requests=Count("id"),
@@ -134,7 +137,14 @@ def usage_groups(
             completion=Sum("completion_tokens"),
         )
         .order_by(
-            "day", "tenant_id", "model", "api_key_id", "record_tier", "price_id", "price_multiplier"
+            "day",
+            "tenant_id",
+            "model",
+            "api_key_id",
+            "record_tier",
+            "price_id",
+            "price_multiplier",
+            "source",
         )
     )
     return [
@@ -151,6 +161,7 @@ def usage_groups(
             cached_tokens=int(row["cached"]),
             completion_tokens=int(row["completion"]),
             price_multiplier=row["price_multiplier"],
+            source=row["source"],
         )
         for row in rows
     ]
@@ -181,6 +192,9 @@ def usage_daily(*, tenant: Tenant, start: date, end: date, group_by: str) -> lis
             label = g.model
         else:
             label = key_names.get(g.api_key_id, "Deleted key") if g.api_key_id else "Console"
+        if g.source == UsageRecord.Source.BATCH:
+            # Batch usage, billed at its discount, is a row of its own.
+            label = f"{label} (batch)"
         row = merged.setdefault(
             (g.day, label),
             {
