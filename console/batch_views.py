@@ -94,7 +94,7 @@ def batches(request):
     return render(
         request,
         "console/batches.html",
-        {"batches": rows, "form": form, "all_tenants": scope is None},
+        {"batches": rows, "form": form, "all_tenants": scope is None, "tenant": tenant},
     )
 
 

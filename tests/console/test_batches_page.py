@@ -67,6 +67,7 @@ def test_an_admin_starts_a_batch_and_sees_only_the_tenants_own(
     assert (batch.status, batch.endpoint) == ("validating", "/v1/chat/completions")
     page = client.get("/batches/").content.decode()
     assert batch.pk in page and "Cancel" in page
+    assert f"Batches · {tenant_of(admin).name}" in page
     other = user_factory(role=Membership.Role.ADMIN)
     client.force_login(other)
     assert batch.pk not in client.get("/batches/").content.decode()
@@ -97,7 +98,7 @@ def test_staff_see_every_tenants_batches_and_download_their_files(
     staff = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
     client.force_login(staff)
     page = client.get("/batches/").content.decode()
-    assert batch.pk in page and batch.tenant.name in page
+    assert batch.pk in page and batch.tenant.name in page and "Batches · all tenants" in page
     response = client.get(f"/batches/{batch.pk}/output/")
     assert response.status_code == 200
     assert b"".join(response.streaming_content) == b'{"x":1}\n'
