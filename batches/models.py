@@ -138,7 +138,12 @@ class BatchLine(models.Model):
     # The response id the line runs (and is billed) under: the same on
     # every attempt, so its usage record is written once.
     response_id = models.CharField(max_length=64, unique=True)
+    # Renewed by the live feeder every few seconds; older than
+    # BATCH_LINE_LEASE_SECONDS: the feeder died and the line is free again.
     claimed_at = models.DateTimeField(null=True, blank=True)
+    # Claims so far: a line claimed before may have reached a worker, whose
+    # answer is read back (resumed) rather than generated twice.
+    attempts = models.PositiveSmallIntegerField(default=0)
     # The output or error file's record for this line (OpenAI's shape).
     result = models.JSONField(null=True, blank=True)
 

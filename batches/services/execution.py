@@ -42,7 +42,7 @@ from inference import services
 from inference.api.chat import chat_request
 from inference.api.completions import CompletionRequest, completions_create
 from inference.api.schemas import ChatCompletionRequest
-from inference.errors import APIError, as_api_error
+from inference.errors import APIError, NotFound, as_api_error
 from inference.relay import tap as relay
 from inference.request import InferenceRequest
 from tenants.models import ApiKey, Tenant
@@ -53,7 +53,8 @@ logger = logging.getLogger(__name__)
 
 # How often a round looks at the batch's status (cancel, expiry).
 POLL_SECONDS = 1.0
-# How often a round that runs long (lines still generating) says it lives.
+# How often a round says it lives and renews its lines' claims (well
+# inside BATCH_LINE_LEASE_SECONDS).
 HEARTBEAT_SECONDS = 10.0
 # Wait after a line was refused for capacity (rate limits, no worker).
 BACKOFF_SECONDS = 2.0
@@ -132,8 +133,10 @@ def lines_claim(*, batch_id: str, want: int) -> list[BatchLine]:
     )
     now = timezone.now()
     BatchLine.objects.filter(pk__in=[line.pk for line in lines]).update(
-        status=BatchLine.Status.RUNNING, claimed_at=now
+        status=BatchLine.Status.RUNNING, claimed_at=now, attempts=F("attempts") + 1
     )
+    for line in lines:
+        line.attempts += 1
     batch.fed_at = now
     batch.save(update_fields=["fed_at"])
     return lines
@@ -190,10 +193,15 @@ async def line_run(*, line: BatchLine, batch: Batch, api_key: ApiKey) -> LineRes
 
     try:
         if batch.endpoint == Batch.Endpoint.CHAT:
-            payload = ChatCompletionRequest.model_validate(line.body)
-            internal = as_batch(chat_request(payload, tenant=tenant))
-            tap = await services.generation_start(request=internal, tenant=tenant, api_key=api_key)
-            response = await relay.completion_response(tap)
+            # Claimed before: the earlier attempt's answer, if it has one.
+            response = await _resumed(line, api_key) if line.attempts > 1 else None
+            if response is None:
+                payload = ChatCompletionRequest.model_validate(line.body)
+                internal = as_batch(chat_request(payload, tenant=tenant))
+                tap = await services.generation_start(
+                    request=internal, tenant=tenant, api_key=api_key
+                )
+                response = await relay.completion_response(tap)
         else:
             payload = CompletionRequest.model_validate(line.body)
             response = await completions_create(
@@ -206,6 +214,18 @@ async def line_run(*, line: BatchLine, batch: Batch, api_key: ApiKey) -> LineRes
     body = json.loads(response.content)
     response = {"status_code": response.status_code, "request_id": request_id, "body": body}
     return LineResult(Outcome.SUCCEEDED, _record(line, response=response))
+
+
+async def _resumed(line: BatchLine, api_key: ApiKey):
+    """An earlier attempt's answer, read back from its response stream
+    (the feeder that started it died); None when it never reached a worker
+    or its stream has expired, and the line runs again under its id."""
+    try:
+        tap = await services.chat_completion_resume(api_key=api_key, response_id=line.response_id)
+    except NotFound:
+        return None
+    logger.info("batch line %s: resumed %s", line.pk, line.response_id)
+    return await relay.completion_response(tap)
 
 
 def _failed(line: BatchLine, error: APIError, request_id: str) -> LineResult:
@@ -298,7 +318,8 @@ async def _feed(batch_id: str) -> Next:
                 await sync_to_async(line_finish)(line=line, result=result)
             batch = await sync_to_async(Batch.objects.get)(pk=batch_id)
             if time.monotonic() - beat > HEARTBEAT_SECONDS:
-                await sync_to_async(_heartbeat)(batch_id)
+                ids = [line.pk for line in running.values()]
+                await sync_to_async(_heartbeat)(batch_id, ids)
                 beat = time.monotonic()
     finally:
         # Cancelled, expired, stopped or this task is going away: the lines
@@ -330,9 +351,15 @@ async def _feed(batch_id: str) -> Next:
     return Next.FEED if pending else Next.FINALIZE
 
 
-def _heartbeat(batch_id: str) -> None:
-    # A live feeder, even one waiting for room: the sweep leaves it alone.
-    Batch.objects.filter(pk=batch_id).update(fed_at=timezone.now())
+def _heartbeat(batch_id: str, line_ids: list[int] = ()) -> None:
+    # A live feeder, even one waiting for room: the sweep leaves it alone,
+    # and its lines' claims stay fresh however long they generate.
+    now = timezone.now()
+    Batch.objects.filter(pk=batch_id).update(fed_at=now)
+    if line_ids:
+        BatchLine.objects.filter(pk__in=line_ids, status=BatchLine.Status.RUNNING).update(
+            claimed_at=now
+        )
 
 
 def _count(result: LineResult) -> None:

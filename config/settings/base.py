@@ -280,9 +280,11 @@ BATCH_MAX_IN_FLIGHT_PER_TENANT = env_int("BATCH_MAX_IN_FLIGHT_PER_TENANT", 16)
 # Seconds one feed task keeps a batch's slots full before handing over to
 # the next (so cancels, expiry and other batches get their turn).
 BATCH_FEED_ROUND_SECONDS = float(os.environ.get("BATCH_FEED_ROUND_SECONDS", "30"))
-# A line claimed longer ago than this by a feeder that died runs again
-# (under the same response id, so it is billed once).
-BATCH_LINE_LEASE_SECONDS = env_int("BATCH_LINE_LEASE_SECONDS", 900)
+# A line whose feeder stopped renewing its claim (every 10 s) this long ago
+# is free again: its answer is read back from its response stream when it
+# reached a worker (kept RESPONSE_STREAM_TTL), else it runs again under the
+# same response id, so it is billed once either way.
+BATCH_LINE_LEASE_SECONDS = env_int("BATCH_LINE_LEASE_SECONDS", 60)
 # What batch usage costs, as a fraction of the interactive price.
 BATCH_PRICE_MULTIPLIER = Decimal(os.environ.get("BATCH_PRICE_MULTIPLIER", "0.5"))
 

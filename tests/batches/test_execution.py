@@ -125,3 +125,30 @@ async def test_a_batch_past_the_budget_stops_with_insufficient_quota(
     ]
     assert codes == ["insufficient_quota"] * 3
     assert worker.received == []
+
+
+@pytest.mark.usefixtures("demo_model", "batch_files", "close_db_threads")
+def test_a_line_that_reached_a_worker_before_its_feeder_died_is_read_back_not_rerun(
+    fake_worker, api_key_factory, settings
+):
+    """The feeder died after the worker answered but before the line's
+    result was stored: the next feeder reads the answer back from the
+    response stream. The worker saw the request once; one usage record."""
+    settings.BATCHES_IN_PROCESS = False
+    worker = fake_worker(texts=["Hello", " again"])
+    key, _ = api_key_factory(tier="pro")
+    batch = new_batch(key, 1)
+    assert execution.batch_feed(batch_id=batch.pk) == Next.FINALIZE
+    (line,) = BatchLine.objects.filter(batch=batch)
+    first = line.result["response"]["body"]
+    long_ago = timezone.now() - timedelta(seconds=settings.BATCH_LINE_LEASE_SECONDS + 1)
+    BatchLine.objects.filter(pk=line.pk).update(status="running", claimed_at=long_ago, result=None)
+    assert execution.batch_feed(batch_id=batch.pk) == Next.FINALIZE
+    line.refresh_from_db()
+    assert (line.status, line.attempts) == ("succeeded", 2)
+    assert line.result["response"]["body"]["choices"] == first["choices"]
+    assert first["choices"][0]["message"]["content"] == "Hello again"
+    assert len(worker.received) == 1
+    assert UsageRecord.objects.filter(response_id=line.response_id).count() == 1
+    assert execution.batch_finalize(batch_id=batch.pk)
+    assert Batch.objects.get(pk=batch.pk).status == "completed"
