@@ -45,6 +45,7 @@ from inference.api.schemas import ChatCompletionRequest
 from inference.errors import APIError, NotFound, as_api_error
 from inference.relay import tap as relay
 from inference.request import InferenceRequest
+from inference.selectors import response_route_get
 from tenants.models import ApiKey, Tenant
 from wire.requests import ServiceClass
 from wire.tracing import TraceContext
@@ -210,7 +211,7 @@ async def line_run(*, line: BatchLine, batch: Batch, api_key: ApiKey) -> LineRes
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        return _failed(line, as_api_error(exc), request_id)
+        return await _failed(line, as_api_error(exc), request_id, tenant_id=tenant.pk)
     body = json.loads(response.content)
     response = {"status_code": response.status_code, "request_id": request_id, "body": body}
     return LineResult(Outcome.SUCCEEDED, _record(line, response=response))
@@ -228,12 +229,29 @@ async def _resumed(line: BatchLine, api_key: ApiKey):
     return await relay.completion_response(tap)
 
 
-def _failed(line: BatchLine, error: APIError, request_id: str) -> LineResult:
+async def _dispatched(line: BatchLine, tenant_id: int) -> bool:
+    """Whether the line's response reached a worker (its route was saved)."""
+    try:
+        route = await response_route_get(response_id=line.response_id, tenant_id=tenant_id)
+    except Exception:
+        # The cache is unreachable: assume it did; a retry could only read a
+        # spent stream back.
+        logger.warning("route of %s unknown", line.response_id, exc_info=True)
+        return True
+    return route is not None
+
+
+async def _failed(
+    line: BatchLine, error: APIError, request_id: str, *, tenant_id: int
+) -> LineResult:
     if error.code == "insufficient_quota":
         outcome = Outcome.STOP
-    elif error.status in (429, 503):
+    elif error.status in (429, 503) and not await _dispatched(line, tenant_id):
+        # Refused before any worker saw it (limits, no worker yet): later.
         outcome = Outcome.RETRY
     else:
+        # Including a generation that failed on its worker: its response id
+        # is spent, and running it again would only read that failure back.
         outcome = Outcome.FAILED
     response = {"status_code": error.status, "request_id": request_id, "body": error.payload()}
     return LineResult(outcome, _record(line, response=response))

@@ -218,3 +218,23 @@ async def test_a_batch_past_its_window_expires_with_error_lines_for_the_rest(
     assert batch.status == "expired" and batch.expired_at
     errors = lines_of((await client.files.content(batch.error_file_id)).content)
     assert [e["error"]["code"] for e in errors] == ["batch_expired"] * 3
+
+
+async def test_a_line_whose_generation_failed_is_an_error_line_not_a_retry(
+    fake_worker, api_key_factory
+):
+    """The worker failed the generation: the line ends in the error file
+    with the API's error, and is not sent again."""
+    worker = fake_worker(mode="fail")
+    raw, _ = await new_key(api_key_factory)
+    client = sdk_client(raw)
+    upload = await client.files.create(file=("r.jsonl", jsonl(chat_line("only"))), purpose="batch")
+    batch = await client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    batch = await finished(client, batch.id)
+    assert batch.status == "completed" and batch.output_file_id is None
+    (error,) = lines_of((await client.files.content(batch.error_file_id)).content)
+    assert error["custom_id"] == "only" and error["response"]["status_code"] >= 500
+    assert error["response"]["body"]["error"]["message"]
+    assert len(worker.received) == 1
