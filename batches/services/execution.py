@@ -54,8 +54,8 @@ logger = logging.getLogger(__name__)
 
 # How often a round looks at the batch's status (cancel, expiry).
 POLL_SECONDS = 1.0
-# How often a round says it lives and renews its lines' claims (well
-# inside BATCH_LINE_LEASE_SECONDS).
+# How often at most a round says it lives and renews its lines' claims;
+# always a third of BATCH_LINE_LEASE_SECONDS or less (heartbeat_seconds).
 HEARTBEAT_SECONDS = 10.0
 # Wait after a line was refused for capacity (rate limits, no worker).
 BACKOFF_SECONDS = 2.0
@@ -335,7 +335,7 @@ async def _feed(batch_id: str) -> Next:
                     backoff_until = time.monotonic() + BACKOFF_SECONDS
                 await sync_to_async(line_finish)(line=line, result=result)
             batch = await sync_to_async(Batch.objects.get)(pk=batch_id)
-            if time.monotonic() - beat > HEARTBEAT_SECONDS:
+            if time.monotonic() - beat > heartbeat_seconds():
                 ids = [line.pk for line in running.values()]
                 await sync_to_async(_heartbeat)(batch_id, ids)
                 beat = time.monotonic()
@@ -367,6 +367,11 @@ async def _feed(batch_id: str) -> Next:
         ).exists
     )()
     return Next.FEED if pending else Next.FINALIZE
+
+
+def heartbeat_seconds() -> float:
+    """A third of the lease: two missed beats never lose a live claim."""
+    return min(HEARTBEAT_SECONDS, settings.BATCH_LINE_LEASE_SECONDS / 3)
 
 
 def _heartbeat(batch_id: str, line_ids: list[int] = ()) -> None:
@@ -498,10 +503,12 @@ def batches_sweep() -> list[tuple[str, Next]]:
     """Batches whose tasks were lost: what each needs next (the beat's safety net).
 
     Past their window: finalize (expire). In progress but no feeder seen
-    for two rounds: feed again. Cancelling or finalizing: finalize.
+    for a lease: feed again. Cancelling or finalizing: finalize.
     """
     now = timezone.now()
-    quiet = now - timedelta(seconds=2 * settings.BATCH_FEED_ROUND_SECONDS + 60)
+    # A live feeder beats at least every third of a lease, and the next
+    # round follows the last within seconds.
+    quiet = now - timedelta(seconds=settings.BATCH_LINE_LEASE_SECONDS)
     work: list[tuple[str, Next]] = []
     active = Batch.objects.filter(
         status__in=(Batch.Status.IN_PROGRESS, Batch.Status.CANCELLING, Batch.Status.FINALIZING)
