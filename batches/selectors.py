@@ -57,6 +57,37 @@ def batch_list_all(*, tenant: Tenant | None = None, limit: int = 100) -> QuerySe
     return batches.order_by("-created_at", "-id")[:limit]
 
 
+@dataclass(slots=True, frozen=True)
+class BatchProgress:
+    """What a progress bar shows of one batch."""
+
+    id: str
+    status: str
+    total: int
+    completed: int
+    failed: int
+    done: bool
+    output_file_id: str | None
+    error_file_id: str | None
+
+
+def batch_progress(*, tenant: Tenant | None, limit: int = 100) -> list[BatchProgress]:
+    """The progress of the batches ``batch_list_all`` lists (a tenant's, or all)."""
+    return [
+        BatchProgress(
+            b.pk,
+            b.status,
+            b.total,
+            b.completed,
+            b.failed,
+            b.done,
+            b.output_file_id,
+            b.error_file_id,
+        )
+        for b in batch_list_all(tenant=tenant, limit=limit)
+    ]
+
+
 def _page(rows: QuerySet, model, *, tenant: Tenant, after: str | None, limit: int) -> Page:
     # Newest first; the cursor is the last id seen. Ids are random, so the
     # order is (created_at, id) and the cursor row's own values bound it.

@@ -2,11 +2,13 @@
 
 Upload a JSONL file and start a batch with one of the tenant's API keys
 (lines run with that key's models and limits), cancel it, download its
-output and error files. Progress comes from ``progress.json``, which the
-page polls while a batch is active. One call deep, like console.views.
+output and error files. Progress bars move live over ``/ws/batches/``
+(``console.batch_consumer``); ``progress.json`` is the page's fallback. One call deep, like console.views.
 """
 
 from __future__ import annotations
+
+from dataclasses import asdict
 
 from django import forms
 from django.contrib import messages
@@ -17,7 +19,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from batches.models import Batch, File
-from batches.selectors import batch_list_all
+from batches.selectors import batch_list_all, batch_progress
 from batches.services.batches import batch_cancel, batch_create
 from batches.services.files import file_open, file_upload
 from console.selectors import membership_for_user
@@ -100,25 +102,9 @@ def batches(request):
 
 @login_required
 def batches_progress(request):
-    """Status and counts of the batches on the page (polled while one is active)."""
-    rows = batch_list_all(tenant=_scope(request))
-    return JsonResponse(
-        {
-            "batches": [
-                {
-                    "id": b.pk,
-                    "status": b.status,
-                    "total": b.total,
-                    "completed": b.completed,
-                    "failed": b.failed,
-                    "done": b.done,
-                    "output_file_id": b.output_file_id,
-                    "error_file_id": b.error_file_id,
-                }
-                for b in rows
-            ]
-        }
-    )
+    """Status and counts of the page's batches (the socket's fallback)."""
+    rows = batch_progress(tenant=_scope(request))
+    return JsonResponse({"batches": [asdict(row) for row in rows]})
 
 
 @login_required

@@ -117,3 +117,51 @@ def test_a_bad_upload_says_why(client, admin, api_key_factory, tiers):
     assert response.status_code == 200
     assert "limit for batch files is 10 bytes" in response.content.decode()
     assert not Batch.objects.exists()
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_progress_moves_live_over_the_socket(admin_async, api_key_factory, user_factory):
+    """The admin's socket sends the tenant's batches, then what changed; a
+    member's socket is refused."""
+    from asgiref.sync import sync_to_async
+
+    from tests.console.sockets import open_socket_at
+
+    admin, batch = admin_async
+    socket = await open_socket_at("/ws/batches/", admin)
+    frame = await socket.receive_json_from(timeout=10)
+    assert frame["type"] == "batches"
+    assert [(b["id"], b["status"], b["completed"]) for b in frame["batches"]] == [
+        (batch.pk, "validating", 0)
+    ]
+    await sync_to_async(Batch.objects.filter(pk=batch.pk).update)(
+        status="in_progress", total=3, completed=2
+    )
+    frame = await socket.receive_json_from(timeout=10)
+    (row,) = frame["batches"]
+    assert (row["status"], row["completed"], row["total"], row["done"]) == (
+        "in_progress",
+        2,
+        3,
+        False,
+    )
+    await socket.disconnect()
+    member = await sync_to_async(user_factory)(role=Membership.Role.MEMBER)
+    refused = await open_socket_at("/ws/batches/", member, expect_accept=False)
+    assert not refused.was_accepted
+
+
+@pytest.fixture
+def admin_async(admin, api_key_factory):
+    """The admin and a batch of the tenant's (made before the async test runs)."""
+    key, _ = api_key_factory(tenant=tenant_of(admin))
+    file = file_write(tenant=key.tenant, filename="in.jsonl", data=json.dumps(LINE).encode())
+    file.purpose = "batch"
+    file.save()
+    from batches.services.batches import batch_create
+
+    batch = batch_create(
+        api_key=key, input_file_id=file.pk, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    return admin, batch
