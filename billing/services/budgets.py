@@ -87,6 +87,17 @@ class Rates:
         price_id, prompt, cached, completion = text.split("|")
         return cls(int(price_id), Decimal(prompt), Decimal(cached), Decimal(completion))
 
+    def scaled(self, multiplier: Decimal) -> Rates:
+        """These rates at ``multiplier`` of themselves (batch usage's discount)."""
+        if multiplier == 1:
+            return self
+        return Rates(
+            self.price_id,
+            self.prompt * multiplier,
+            self.cached * multiplier,
+            self.completion * multiplier,
+        )
+
     def cost(self, *, prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> Decimal:
         return (
             (prompt_tokens - cached_tokens) * self.prompt
@@ -136,6 +147,7 @@ def _reserve_sync(
     prompt_tokens: int,
     completion_tokens: int,
     use_database: bool,
+    price_multiplier: Decimal = Decimal(1),
 ) -> BudgetHold:
     today = timezone.now().astimezone(UTC).date()
     if use_database:
@@ -157,9 +169,12 @@ def _reserve_sync(
             if encoded is None:
                 return _unavailable(tenant, hold_id, tier_id, "no price known without the database")
             rates = Rates.decode(encoded)
+        # What the response is billed at (batch lines: the discount); the
+        # ledger remembers the undiscounted price for interactive requests.
+        held = rates.scaled(price_multiplier) if rates is not None else None
         worst = Decimal(0)
-        if rates is not None:
-            worst = rates.cost(
+        if held is not None:
+            worst = held.cost(
                 prompt_tokens=prompt_tokens, cached_tokens=0, completion_tokens=completion_tokens
             )
         amount = _to_nano(worst, ROUND_CEILING)
@@ -175,7 +190,7 @@ def _reserve_sync(
         return _unavailable(tenant, hold_id, tier_id, "the budget ledger is unreachable")
     if state.outcome == ledger.EXHAUSTED:
         raise _exhausted(budget, state)
-    return BudgetHold(hold_id, tier_id, account, amount, rates)
+    return BudgetHold(hold_id, tier_id, account, amount, held)
 
 
 def _unavailable(tenant: Tenant, hold_id: str, tier_id: int | None, why: str) -> BudgetHold:
@@ -195,6 +210,7 @@ async def budget_reserve(
     prompt_tokens: int,
     completion_tokens: int,
     use_database: bool = True,
+    price_multiplier: Decimal = Decimal(1),
 ) -> BudgetHold:
     """Hold the request's worst-case cost against the tenant's monthly budget.
 
@@ -207,6 +223,8 @@ async def budget_reserve(
     row. ``use_database=False`` (PostgreSQL down): the budget comes from
     ``tenant`` (the auth cache's stand-in) and the price from the ledger's
     memory of the last admission; without those, as if Redis were down.
+    ``price_multiplier``: the fraction of the price the response is billed
+    at (Batch API lines: the batch discount).
     """
     return await sync_to_async(_reserve_sync)(
         tenant=tenant,
@@ -216,6 +234,7 @@ async def budget_reserve(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         use_database=use_database,
+        price_multiplier=price_multiplier,
     )
 
 

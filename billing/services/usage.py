@@ -16,6 +16,14 @@ from wire.usage import UsageEntry
 _NOT_VALIDATED = ["tenant", "api_key", "user", "tier", "price"]
 
 
+def price_multiplier_for(*, source: str) -> Decimal:
+    """The fraction of the price a response of ``source`` pays: the batch
+    discount (BATCH_PRICE_MULTIPLIER) for Batch API lines, else all of it."""
+    if source == UsageRecord.Source.BATCH:
+        return settings.BATCH_PRICE_MULTIPLIER
+    return Decimal(1)
+
+
 def usage_record_create(*, entry: UsageEntry) -> tuple[UsageRecord, bool]:
     """Record a response's usage exactly once; returns ``(record, created)``.
 
@@ -48,9 +56,7 @@ def usage_record_create(*, entry: UsageEntry) -> tuple[UsageRecord, bool]:
     if price_id is None:
         price = price_in_force(tier_id=tier_id, model=entry.model, day=created_at.date())
         price_id = price.pk if price is not None else None
-    multiplier = Decimal(1)
-    if tag.source == UsageRecord.Source.BATCH:
-        multiplier = settings.BATCH_PRICE_MULTIPLIER
+    multiplier = price_multiplier_for(source=tag.source)
     record = UsageRecord(
         response_id=entry.response_id,
         tenant_id=entry.tenant_id,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from decimal import Decimal
 
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError
@@ -60,7 +61,12 @@ class Admission:
 
 
 async def _budget_hold(
-    tenant: Tenant, ticket: Ticket, model: str, prompt_tokens: int, completion_tokens: int
+    tenant: Tenant,
+    ticket: Ticket,
+    model: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    price_multiplier: Decimal = Decimal(1),
 ) -> BudgetHold:
     kwargs = dict(
         tenant=tenant,
@@ -69,6 +75,7 @@ async def _budget_hold(
         hold_id=ticket.response_id,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
+        price_multiplier=price_multiplier,
     )
     if not db_marked_down():
         try:
@@ -88,17 +95,21 @@ async def limits_admit(
     model: str,
     prompt_tokens: int,
     completion_tokens: int,
+    price_multiplier: Decimal = Decimal(1),
 ) -> Admission:
     """Take the budget hold and the rate-limit reservation, or neither.
 
     ``completion_tokens`` is the most the request may generate (n x
-    max_tokens). Raises InsufficientQuota (budget or monthly quota),
+    max_tokens); ``price_multiplier`` the fraction of the price it is
+    billed at (Batch API lines: the batch discount), which the hold takes. Raises InsufficientQuota (budget or monthly quota),
     RateLimited (with Retry-After) and ServiceUnavailable (Redis down; or
     the budget unverifiable for a tenant that refuses then).
     """
     tier = tenant.tier
     try:
-        hold = await _budget_hold(tenant, ticket, model, prompt_tokens, completion_tokens)
+        hold = await _budget_hold(
+            tenant, ticket, model, prompt_tokens, completion_tokens, price_multiplier
+        )
     except BudgetExhausted as exc:
         metrics.request_refused(reason=metrics.BUDGET, tier=tier.name, model=model)
         raise InsufficientQuota(exc.message) from exc

@@ -152,3 +152,55 @@ def test_a_line_that_reached_a_worker_before_its_feeder_died_is_read_back_not_re
     assert UsageRecord.objects.filter(response_id=line.response_id).count() == 1
     assert execution.batch_finalize(batch_id=batch.pk)
     assert Batch.objects.get(pk=batch.pk).status == "completed"
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("demo_model", "batches_in_process", "close_db_threads")
+async def test_a_batch_line_holds_its_budget_at_the_batch_price(
+    fake_worker, api_key_factory, tiers
+):
+    """A budget the request's worst case passes at the full price but not at
+    half: the interactive request is refused, the same request as a batch
+    line runs, and its usage settles at the batch price."""
+    import openai
+
+    from billing.selectors.budgets import month_spend
+    from billing.services.budgets import spend_this_month
+
+    fake_worker(tokens=2)
+    body = chat_line("only", max_tokens=100)["body"]
+
+    def setup():
+        key, raw = api_key_factory(tier="pro")
+        Price.objects.create(
+            model=DEMO,
+            tier=tiers["pro"],
+            effective_from=timezone.now().date() - timedelta(days=1),
+            prompt_per_million=Decimal(100_000),
+            cached_prompt_per_million=Decimal(100_000),
+            completion_per_million=Decimal(100_000),
+        )
+        # ~130 tokens at most: about 13.0 at the full price, 6.5 at half.
+        key.tenant.monthly_budget = Decimal("10.00")
+        key.tenant.save()
+        return raw, key.tenant
+
+    raw, tenant = await sync_to_async(setup)()
+    client = sdk_client(raw)
+    with pytest.raises(openai.RateLimitError) as refused:
+        await client.chat.completions.create(**body)
+    assert refused.value.code == "insufficient_quota"
+    upload = await client.files.create(
+        file=("r.jsonl", jsonl(chat_line("only", max_tokens=100))), purpose="batch"
+    )
+    batch = await client.batches.create(
+        input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    batch = await finished(client, batch.id)
+    assert (batch.status, batch.request_counts.completed) == ("completed", 1)
+    (record,) = await sync_to_async(list)(UsageRecord.objects.filter(tenant=tenant))
+    expected = (record.prompt_tokens + record.completion_tokens) * Decimal("0.05")
+    spent = await sync_to_async(spend_this_month)(tenant_id=tenant.pk)
+    assert spent == expected
+    period = timezone.now().date().replace(day=1)
+    assert await sync_to_async(month_spend)(tenant=tenant, period=period) == expected
