@@ -92,6 +92,9 @@ class Batch(models.Model):
     # Last sign of life of a feed task (the sweep re-feeds a batch whose
     # feeder died with its Celery worker).
     fed_at = models.DateTimeField(null=True, blank=True)
+    # Its lines' prompt tokens plus all they may generate (batches.tokens):
+    # what counts against the tier's batch_queue_tokens while it runs.
+    enqueued_tokens = models.PositiveBigIntegerField(default=0)
     total = models.PositiveIntegerField(default=0)
     completed = models.PositiveIntegerField(default=0)
     failed = models.PositiveIntegerField(default=0)

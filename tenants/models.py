@@ -48,6 +48,13 @@ class Tier(models.Model):
         default=100 * 1024 * 1024,
         help_text="Largest batch input file, in bytes (staff may set it per tier).",
     )
+    # The Batch API's own limit, as OpenAI's: tokens (prompts plus all they
+    # may generate) of a tenant's batches in progress at once; a batch that
+    # would pass it fails validation with token_limit_exceeded.
+    batch_queue_tokens = models.PositiveBigIntegerField(
+        default=50_000_000,
+        help_text="Most enqueued tokens of a tenant's batches in progress at once.",
+    )
 
     class Meta:
         ordering = ["priority", "name"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from batches import jsonl
@@ -12,7 +13,8 @@ from batches.errors import InvalidBatchRequest
 from batches.models import Batch, BatchLine, File
 from batches.selectors import batch_get, file_get
 from batches.services.files import file_lines
-from tenants.models import ApiKey, Tenant
+from batches.tokens import TokenCounter
+from tenants.models import ApiKey, Tenant, Tier
 
 COMPLETION_WINDOWS = {"24h": timedelta(hours=24)}
 # OpenAI's metadata bounds.
@@ -109,6 +111,8 @@ def batch_validate(*, batch_id: str) -> None:
         return
     prefix = f"{RESPONSE_PREFIX[batch.endpoint]}-{batch.pk.removeprefix('batch_')}"
     errors: list[jsonl.LineError] = []
+    counter = TokenCounter(batch.tenant.tier)
+    tokens = 0
     try:
         with transaction.atomic():
             locked = Batch.objects.select_for_update().get(pk=batch_id)
@@ -132,21 +136,51 @@ def batch_validate(*, batch_id: str) -> None:
                     )
                 )
                 total += 1
+                tokens += counter.line_tokens(endpoint=batch.endpoint, body=item.body)
                 if len(chunk) >= INSERT_CHUNK:
                     BatchLine.objects.bulk_create(chunk)
                     chunk = []
+            if not errors:
+                problem = _queue_check(batch.tenant, tokens)
+                if problem is not None:
+                    errors.append(problem)
             if errors:
                 raise _Invalid
             BatchLine.objects.bulk_create(chunk)
             locked.status = Batch.Status.IN_PROGRESS
             locked.in_progress_at = timezone.now()
             locked.total = total
-            locked.save(update_fields=["status", "in_progress_at", "total"])
+            locked.enqueued_tokens = tokens
+            locked.save(update_fields=["status", "in_progress_at", "total", "enqueued_tokens"])
             from batches import tasks
 
             transaction.on_commit(lambda: tasks.enqueue(tasks.batch_feed, batch_id))
     except _Invalid:
         _fail(batch_id, errors)
+
+
+def _queue_check(tenant: Tenant, tokens: int) -> jsonl.LineError | None:
+    """The tier's batch queue limit, counting the tenant's batches in progress.
+
+    Called inside the validating transaction; the tenant's row lock makes
+    two batches validated at once count each other.
+    """
+    tier = Tier.objects.get(pk=Tenant.objects.select_for_update().get(pk=tenant.pk).tier_id)
+    queued = (
+        Batch.objects.filter(tenant=tenant, status=Batch.Status.IN_PROGRESS).aggregate(
+            total=Sum("enqueued_tokens")
+        )["total"]
+        or 0
+    )
+    if queued + tokens <= tier.batch_queue_tokens:
+        return None
+    return jsonl.LineError(
+        "token_limit_exceeded",
+        f"Enqueued token limit reached for your organization: this batch holds {tokens} "
+        f"tokens, batches in progress {queued}, and the {tier} tier's limit is "
+        f"{tier.batch_queue_tokens} enqueued tokens. Try again once some in_progress "
+        "batches have completed.",
+    )
 
 
 class _Invalid(Exception):

@@ -238,3 +238,44 @@ async def test_a_line_whose_generation_failed_is_an_error_line_not_a_retry(
     assert error["custom_id"] == "only" and error["response"]["status_code"] >= 500
     assert error["response"]["body"]["error"]["message"]
     assert len(worker.received) == 1
+
+
+async def test_a_batch_past_the_tiers_batch_queue_fails_with_token_limit_exceeded(
+    fake_worker, api_key_factory, tiers
+):
+    """Enqueued tokens (prompt plus every token the lines may generate)
+    count against the tier's batch queue, with the batches in progress."""
+    fake_worker(mode="hold")
+    raw, _ = await new_key(api_key_factory)
+
+    def limit(tokens: int):
+        tiers["pro"].batch_queue_tokens = tokens
+        tiers["pro"].save()
+
+    await sync_to_async(limit)(1000)
+    client = sdk_client(raw)
+
+    async def start(n: int):
+        upload = await client.files.create(
+            file=("r.jsonl", jsonl(*(chat_line(f"r{i}", max_tokens=200) for i in range(n)))),
+            purpose="batch",
+        )
+        return await client.batches.create(
+            input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+
+    first = await start(3)
+    await async_wait_until(
+        lambda: sync_to_async(Batch.objects.filter(pk=first.id, status="in_progress").exists)(),
+        timeout=20,
+    )
+    tokens = await sync_to_async(lambda: Batch.objects.get(pk=first.id).enqueued_tokens)()
+    # Three lines of 200 completion tokens and a short prompt each.
+    assert 600 < tokens < 700
+    second = await finished(client, (await start(2)).id)
+    assert second.status == "failed"
+    (error,) = second.errors.data
+    assert error.code == "token_limit_exceeded" and error.line is None
+    assert f"batches in progress {tokens}" in error.message
+    await client.batches.cancel(first.id)
+    await finished(client, first.id)
