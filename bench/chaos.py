@@ -1,6 +1,7 @@
 """Streaming load while processes die: every stream ends once, usage is exact.
 
     python -m bench.chaos [--requests 200] [--concurrency 16] [--max-tokens 16]
+                          [--faults kill_web,kill_worker,restart_redis,restart_postgres]
 
 Starts its own topology on loopback: a private PostgreSQL (initdb in a temp
 dir, run as the ``postgres`` user), a private redis-server (AOF, fsync on
@@ -74,7 +75,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kv-cache-mb", type=int, default=64)
     parser.add_argument("--stream-timeout", type=float, default=180.0, help="per read, seconds")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "chaos.json")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--faults",
+        default=",".join(name for _, name in FAULTS),
+        help="comma-separated subset of the faults, in their order"
+        " (e.g. kill_worker alone: a quick death-detection figure)",
+    )
+    args = parser.parse_args(argv)
+    names = {name for _, name in FAULTS}
+    args.faults = [f for f in args.faults.split(",") if f]
+    unknown = set(args.faults) - names
+    if unknown:
+        parser.error(f"unknown faults {sorted(unknown)}; choose from {sorted(names)}")
+    return args
 
 
 # -- the clients ---------------------------------------------------------------
@@ -145,6 +158,8 @@ async def run_all(topology: Topology, key: str, args) -> tuple[list[Request], li
 
     async def chaos() -> None:
         for share, name in FAULTS:
+            if name not in args.faults:
+                continue
             while done_count() < share * args.requests:
                 await asyncio.sleep(0.2)
             at = time.monotonic()
@@ -168,7 +183,23 @@ async def run_all(topology: Topology, key: str, args) -> tuple[list[Request], li
             and r.outcome(None) == "completed"
         ]
         fault.recovered_s = round(min(ends), 2) if ends else None
+        if fault.name == "kill_worker":
+            # Streams that had tokens from the killed worker: a queued one
+            # waits RECLAIM_GRACE_SECONDS for a peer instead.
+            fault.detected_s = sorted(
+                round(r.client.ended - fault.at, 2)
+                for r in requests
+                if r.client is not None
+                and r.client.failure == "worker_lost"
+                and r.client.tokens > 0
+                and r.client.ended is not None
+            )
     return requests, faults
+
+
+# The web's death detection: a killed worker's started streams end within
+# this (LIVENESS_TTL + a relay poll + the second look).
+DETECTION_GOAL_S = 2.0
 
 
 # -- checks afterwards ---------------------------------------------------------
@@ -245,6 +276,13 @@ def summarize(requests: list[Request], faults: list[Fault], usage: dict, left: d
         and usage.get(r.client.response_id) != [("completed", r.client.tokens)]
     ]
     refusals = Counter(reason.split(":")[0][:60] for r in requests for reason in (r.refusals or []))
+    detected = [d for f in faults for d in (f.detected_s or [])]
+    detection = {
+        "streams": len(detected),
+        "max": max(detected) if detected else None,
+        "goal_max": DETECTION_GOAL_S,
+        "met": bool(detected) and max(detected) < DETECTION_GOAL_S,
+    }
     no_id = [r.index for r in accepted if not r.client.response_id]
     violations = {
         "hung": outcomes.get("hung", 0),
@@ -269,8 +307,10 @@ def summarize(requests: list[Request], faults: list[Fault], usage: dict, left: d
         "usage_mismatched": mismatched[:20],
         "faults": [
             {"fault": f.name, "detail": f.detail, "took_s": f.took_s, "recovered_s": f.recovered_s}
+            | ({"detected_s": f.detected_s} if f.detected_s is not None else {})
             for f in faults
         ],
+        "death_detection_s": detection,
         "leftovers": left,
         "violations": violations,
         "ok": not any(violations.values()),
@@ -342,6 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in summary.items() if k != "leftovers"}, indent=2))
+    detection = summary["death_detection_s"]
+    progress(
+        f"death detection: worst {detection['max']} s over {detection['streams']} streams"
+        f" of the killed worker (goal < {DETECTION_GOAL_S:g} s)"
+    )
     progress(f"figures in {args.out}; logs in {topology.logs}")
     if not summary["ok"]:
         progress(f"INVARIANT VIOLATED: {summary['violations']}")

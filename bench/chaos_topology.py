@@ -247,6 +247,9 @@ class Fault:
     detail: str
     took_s: float | None = None
     recovered_s: float | None = None
+    # kill_worker: seconds from the kill to the worker_lost error of each
+    # stream that had started on it (the web's death detection; goal < 2 s).
+    detected_s: list[float] | None = None
 
 
 def inject(topology: Topology, name: str) -> str:

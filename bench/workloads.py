@@ -222,9 +222,7 @@ def build_chat_workload(
     offline = [
         OfflineRequest(
             request_id=f"chat-{i}",
-            prompt_token_ids=apply_chat_template(
-                tokenizer, [{"role": "user", "content": message}]
-            ),
+            prompt_token_ids=apply_chat_template(tokenizer, [{"role": "user", "content": message}]),
             max_tokens=rng.randint(shape.out_min, shape.out_max),
         )
         for i, message in enumerate(messages)

@@ -215,6 +215,7 @@ INVOICE_CSV_COLUMNS = [
     "model",
     "first_day",
     "last_day",
+    "adjustment",
     "requests",
     "prompt_tokens",
     "cached_tokens",
@@ -232,5 +233,5 @@ def invoice_csv(request: HttpRequest, number: str) -> HttpResponse:
     if invoice is None:
         raise Http404("No such invoice.")
     rows = [[str(getattr(line, c)) for c in INVOICE_CSV_COLUMNS] for line in invoice.lines.all()]
-    rows.append(["total", "", "", "", "", "", "", "", "", "", str(invoice.total)])
+    rows.append(["total", *[""] * (len(INVOICE_CSV_COLUMNS) - 2), str(invoice.total)])
     return _csv_response(f"{invoice.number}.csv", INVOICE_CSV_COLUMNS, rows)

@@ -14,6 +14,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from config.proxies import TrustedProxyMiddleware  # noqa: E402
 from config.startup import require_secret_key  # noqa: E402
 from config.websocket import SameOriginValidator  # noqa: E402
 from console.routing import websocket_urlpatterns  # noqa: E402
@@ -66,14 +67,19 @@ from config import shutdown  # noqa: E402
 
 shutdown.install()
 
-application = ProtocolTypeRouter(
-    {
-        # The console's few CSS/JS files, served without blocking the loop.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
-        # A handshake must name an allowed host and come from a page of
-        # the site itself (cross-site WebSocket hijacking).
-        "websocket": AllowedHostsOriginValidator(
-            SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
-        ),
-    }
+application = TrustedProxyMiddleware(
+    ProtocolTypeRouter(
+        {
+            # The console's few CSS/JS files, served without blocking the loop.
+            "http": ASGIStaticFilesHandler(django_asgi_app),
+            # A handshake must name an allowed host and come from a page of
+            # the site itself (cross-site WebSocket hijacking).
+            "websocket": AllowedHostsOriginValidator(
+                SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
+            ),
+        }
+    ),
+    # The client's address (login throttling, the audit log) comes from
+    # X-Forwarded-For only when these proxies send it.
+    trusted=settings.TRUSTED_PROXIES,
 )

@@ -4,7 +4,7 @@ django-auditlog's own middleware is sync-only (every async SSE view would be
 pushed through a thread) and takes the client address from
 X-Forwarded-For, which any client can set. This one runs in both modes,
 skips the API (keys, not users, act there) and records REMOTE_ADDR, which
-Daphne's --proxy-headers sets from a trusted proxy only.
+config.proxies takes from X-Forwarded-For of a trusted proxy only.
 """
 
 from __future__ import annotations

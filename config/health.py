@@ -24,7 +24,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from fleet.fallback import db_mark_down, db_marked_down
+from fleet.fallback import DB_UNREACHABLE, db_mark_down, db_marked_down
 from fleet.selectors import served_model_list_active
 from fleet.snapshot import asnapshot_current
 from inference.admission.drain import draining
@@ -74,8 +74,9 @@ async def _database() -> str:
         return "down"
     try:
         await sync_to_async(_select_one)()
-    except DatabaseError:
-        db_mark_down()
+    except DatabaseError as exc:
+        if isinstance(exc, DB_UNREACHABLE):
+            db_mark_down()
         return "down"
     return "ok"
 

@@ -14,7 +14,7 @@ import logging
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from console import services
+from console import revocation, services
 from console.protocol import (
     ProtocolError,
     Regenerate,
@@ -56,10 +56,31 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         self.user, self.tenant = user, membership.tenant
         await self.accept()
+        # Removing the member closes this socket (console.revocation).
+        await revocation.socket_register(self)
+
+    async def revoke(self) -> None:
+        """The member was removed: stop what this socket follows, close it."""
+        for reply, task in list(self.following.values()):
+            task.cancel()
+            # Clean: abort now, nobody is to resume it.
+            await services.reply_detach(reply=reply, clean=True)
+        self.following = {}
+        await self.close(code=CLOSE_NO_TENANT)
+
+    async def _still_member(self) -> bool:
+        """Re-checked before every command: a removal notice may be lost."""
+        membership = await sync_to_async(membership_for_user)(user=self.user)
+        if membership is not None and membership.tenant_id == self.tenant.pk:
+            return True
+        await self.revoke()
+        return False
 
     async def receive_json(self, content, **kwargs) -> None:
         try:
             command = parse_command(content)
+            if not await self._still_member():
+                return
             if isinstance(command, Send):
                 reply = await services.chat_send(
                     user=self.user,
@@ -91,8 +112,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def decode_json(self, text_data):
         try:
             return await super().decode_json(text_data)
-        except ValueError:
-            # Not JSON: parse_command answers with an error frame.
+        except (ValueError, RecursionError):
+            # Not JSON, or nested deeper than the parser recurses (a frame
+            # of "[[[[..."): parse_command answers with an error frame.
             return None
 
     async def _started(self, reply: services.Reply) -> None:
@@ -133,6 +155,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             del self.following[reply.response_id]
 
     async def disconnect(self, code) -> None:
+        revocation.socket_unregister(self)
         clean = code in CLEAN_CLOSE_CODES
         for reply, task in list(getattr(self, "following", {}).values()):
             task.cancel()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inference.errors import APIError, ContextLengthExceeded, InsufficientQuota
+from inference.storable import unstorable_reason
 from wire.events import Delta, Event, Terminal
 
 # A message is one turn typed by a person; the tier's context cap bounds
@@ -68,6 +69,10 @@ def _int(frame: dict, name: str, *, optional: bool = False, minimum: int = 1) ->
 # from the page's own code, so their errors name the field.
 _EMPTY = {"content": "Type a message first.", "model": "Pick a model first."}
 _TOO_LONG = {"content": "Your message is too long (max {max:,} characters)."}
+_UNSTORABLE = {
+    "content": "Your message contains a character that cannot be sent (a NUL character "
+    "or invalid Unicode); remove it and send again."
+}
 
 
 def _str(frame: dict, name: str, *, max_length: int) -> str:
@@ -77,6 +82,11 @@ def _str(frame: dict, name: str, *, max_length: int) -> str:
     if len(value) > max_length:
         message = _TOO_LONG.get(name, "'{name}' is longer than {max} characters.")
         raise ProtocolError(message.format(name=name, max=max_length))
+    # NUL and lone surrogates: no store can hold them (inference.storable),
+    # and a lookup with one must fail here, not in the database.
+    reason = unstorable_reason(value)
+    if reason is not None:
+        raise ProtocolError(_UNSTORABLE.get(name, f"'{name}' is invalid: {reason}."))
     return value
 
 
@@ -149,6 +159,7 @@ _USER_WORDS = {
     "requests": "Your organization has reached its limit of requests per minute.",
     "tokens": "Your organization has reached its limit of tokens per minute.",
     "insufficient_quota": "Your organization has used its monthly token quota.",
+    "string_above_max_length": "This message is too long to send. Please shorten it.",
 }
 
 

@@ -14,8 +14,12 @@ Three pieces, each used only when a database call has just failed:
 - Usage records that cannot be written go to the usage stream
   (``inference.services.usage_settle``), which billing's settler writes to
   UsageRecord once the database is back, idempotently on ``response_id``.
-- A breaker: after a database error, the next ``DB_RETRY_SECONDS`` skip the
-  database, so each request does not wait out a connection timeout.
+- A breaker: after a connection-level database error (``DB_UNREACHABLE``),
+  the next ``DB_RETRY_SECONDS`` skip the database, so each request does not
+  wait out a connection timeout. An error about one query (DataError,
+  IntegrityError, ProgrammingError) says nothing about the database being
+  reachable and never trips it: else one request with a NUL byte would put
+  every tenant on the fallbacks for the window.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from decimal import Decimal
 
 import redis
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
 from fleet.snapshot import snapshot_current
 from tenants.models import ApiKey, Tenant, Tier, hash_api_key
@@ -39,6 +44,9 @@ logger = logging.getLogger(__name__)
 DB_RETRY_SECONDS = 5.0
 _AUTH_PREFIX = "fleet:auth:"
 _db_down_until = 0.0
+# The database errors that mean "unreachable" (connection refused, lost,
+# timed out, pool exhausted), as opposed to a query the database refused.
+DB_UNREACHABLE = (OperationalError, InterfaceError)
 
 
 def db_marked_down() -> bool:
@@ -96,11 +104,27 @@ def auth_cache_remember(*, api_key: ApiKey) -> None:
         "budget_when_redis_down": api_key.tenant.budget_when_redis_down,
     }
     try:
+        if _revoked_entry(client.get(_AUTH_PREFIX + api_key.prefix), api_key.secret_hash):
+            # A request that read the key just before its revocation
+            # committed must not bring the cached success back.
+            return
         client.set(
             _AUTH_PREFIX + api_key.prefix, json.dumps(entry), ex=settings.FLEET_AUTH_CACHE_SECONDS
         )
     except redis.RedisError:
         logger.warning("could not cache the authentication of %s", api_key.prefix)
+
+
+def _revoked_entry(raw: bytes | None, secret_hash: str) -> bool:
+    if raw is None:
+        return False
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return False
+    return bool(entry.get("revoked")) and hmac.compare_digest(
+        entry.get("secret_hash", ""), secret_hash
+    )
 
 
 def auth_cache_forget(*, raw_key: str) -> None:
@@ -131,6 +155,30 @@ def auth_cache_forget(*, raw_key: str) -> None:
             json.dumps({"refused": True, "secret_hash": refused_hash}),
             ex=settings.FLEET_AUTH_CACHE_SECONDS,
         )
+
+
+def auth_cache_revoke(*, api_key: ApiKey) -> None:
+    """The key was revoked: tombstone its entry, so that no web process
+    accepts it from the cache during a later outage (it was cached for up to
+    ``FLEET_AUTH_CACHE_SECONDS`` after its last use). The entry is shared in
+    Redis: one write covers every process."""
+    client = _redis()
+    if client is None:
+        return
+    tombstone = {"refused": True, "revoked": True, "secret_hash": api_key.secret_hash}
+    try:
+        client.set(
+            _AUTH_PREFIX + api_key.prefix,
+            json.dumps(tombstone),
+            ex=settings.FLEET_AUTH_CACHE_SECONDS,
+        )
+    except redis.RedisError:
+        # The TTL still ends it; a revocation must not fail on the cache.
+        logger.warning("could not purge the cached authentication of %s", api_key.prefix)
+
+
+def _on_api_key_revoked(sender, *, api_key: ApiKey, **kwargs) -> None:
+    auth_cache_revoke(api_key=api_key)
 
 
 class KeyUnverifiable(RuntimeError):

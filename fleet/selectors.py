@@ -9,11 +9,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from django.db import DatabaseError
+from django.db import DataError
 from django.db.models import QuerySet
 
 from billing.models import UsageRecord
-from fleet.fallback import db_mark_down, db_marked_down
+from fleet.fallback import DB_UNREACHABLE, db_mark_down, db_marked_down
 from fleet.models import Deployment, Rollout, RoutingSettings, ServedModel
 from fleet.snapshot import snapshot_current
 from tenants.models import Tier
@@ -119,7 +119,10 @@ def catalog_model_get(*, name: str, tier: Tier) -> ServedModel | None:
         return None
     try:
         return served_model_get(name=name, tier=tier)
-    except DatabaseError:
+    except DataError:
+        # A name no row could hold (the API refuses NUL before this): unknown.
+        return None
+    except DB_UNREACHABLE:
         db_mark_down()
         return None
 

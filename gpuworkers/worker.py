@@ -312,7 +312,15 @@ class WorkerLoop:
             if self._step_failures >= MAX_STEP_FAILURES:
                 raise EngineBroken(f"{self._step_failures} engine steps failed in a row") from None
             return
-        self._step_failures = 0
+        if engine.last_step_failed:
+            # A batch of one request failed: that request alone ends (below),
+            # but a device that fails every request fails step after step.
+            self._step_failures += 1
+            if self._step_failures >= MAX_STEP_FAILURES:
+                self._fail_all(ENGINE_ERROR)
+                raise EngineBroken(f"{self._step_failures} engine steps failed in a row")
+        else:
+            self._step_failures = 0
         self.metrics.iteration(
             engine.prompt_tokens_computed + engine.generated_tokens - tokens_before
         )

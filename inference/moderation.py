@@ -1,9 +1,13 @@
 """The request path's two safety stages and /v1/moderations (checks: safety/).
 
-- ``prompt_screen``: before admission. A prompt the tenant's policy blocks
-  is a 400 ``content_policy_violation``: it never reaches a worker, takes
-  no rate-limit tokens and bills nothing. PII is redacted from the
-  messages when the policy says so, before they are tokenized.
+- ``prompt_screen``: before admission. Every text the model will see is
+  screened: the messages, and the tools' names, descriptions and schemas
+  and earlier tool calls' arguments (``inference.prompts.screened``). A
+  text over SAFETY_MAX_SCREEN_CHARS is a 400 before any check runs. A
+  prompt the tenant's policy blocks is a 400 ``content_policy_violation``:
+  it never reaches a worker, takes no rate-limit tokens and bills nothing.
+  PII is redacted from those texts when the policy says so, before they
+  are tokenized (or blocks, where the model must see a text as sent).
 - ``reply_guard``: the relay's filter over a response's events
   (``ResponseTap(guard=...)``): a ``safety.stream.ReplyScreen`` decides
   what the client sees. On a cut, the owning tap writes the ``incomplete``
@@ -20,15 +24,17 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db import DatabaseError
 
-from inference.errors import ContentPolicyViolation, ModelNotFound
+from inference.errors import ContentPolicyViolation, InvalidRequest, ModelNotFound
+from inference.prompts.screened import screen_texts, with_screened
 from inference.relay.dispatch import cancel_request
 from inference.relay.tap import Guard, ResponseRoute, spawn
 from inference.request import InferenceRequest
@@ -110,10 +116,16 @@ async def prompt_screen(
         api_key_id=api_key.pk if api_key is not None else None,
         user_id=user.pk if user is not None else None,
     )
+    # Every text the model will see (tool text too), bounded before any check.
+    screened = screen_texts(request.prompt)
+    screen_bounds_check((t.text, t.param) for t in screened)
     policy = await policy_get(tenant)
-    texts = request.prompt.texts()
+    texts = [t.text for t in screened]
+    verbatim = {i for i, t in enumerate(screened) if t.verbatim}
     # CPU work without the database: any pool thread.
-    verdict = await sync_to_async(texts_moderate, thread_sensitive=False)(texts, policy)
+    verdict = await sync_to_async(texts_moderate, thread_sensitive=False)(
+        texts, policy, verbatim=verbatim
+    )
     if verdict.action:
         await _record(
             subject,
@@ -127,8 +139,23 @@ async def prompt_screen(
     if verdict.blocked:
         raise ContentPolicyViolation()
     if verdict.redacted:
-        request = replace(request, prompt=request.prompt.with_texts(verdict.texts))
+        request = replace(request, prompt=with_screened(request.prompt, verdict.texts))
     return request, PromptSafety(policy, subject)
+
+
+def screen_bounds_check(texts: Iterable[tuple[str, str]]) -> None:
+    """A 400 for a (text, param) longer than SAFETY_MAX_SCREEN_CHARS, before
+    any check runs: the checks are linear, but a text's length is the
+    client's to choose, and the work happens before admission."""
+    limit = settings.SAFETY_MAX_SCREEN_CHARS
+    for text, param in texts:
+        if len(text) > limit:
+            raise InvalidRequest(
+                f"Invalid '{param}': a text of {len(text)} characters is longer than the "
+                f"{limit} characters the safety screen takes. Please shorten it.",
+                param=param,
+                code="string_above_max_length",
+            )
 
 
 @dataclass(slots=True, frozen=True)
@@ -304,6 +331,7 @@ async def moderations_create(*, tenant: Tenant, inputs: list[str], model: str | 
     """
     if model is not None and model not in MODERATION_ALIASES:
         raise ModelNotFound(model)
+    screen_bounds_check((text, "input") for text in inputs)
     policy = await policy_get(tenant)
     verdicts = await sync_to_async(_moderate_each, thread_sensitive=False)(inputs, policy)
     return {

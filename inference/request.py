@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from fleet.routing import conversation_routing_key
@@ -56,13 +56,8 @@ class ChatPrompt:
     # The sampling's structured_output comes from tool_choice, not from
     # response_format (the 400 for a bad one names that parameter).
     constrained_by_tools: bool = False
-
-    def texts(self) -> list[str]:
-        return [turn.text for turn in self.turns]
-
-    def with_texts(self, texts: Sequence[str]) -> ChatPrompt:
-        turns = tuple(replace(t, text=x) for t, x in zip(self.turns, texts, strict=True))
-        return replace(self, turns=turns)
+    # What the model reads of it, for the safety screen, and the screened
+    # texts put back: inference.prompts.screened (tool text included).
 
 
 @dataclass(slots=True, frozen=True)
@@ -73,9 +68,6 @@ class TextPrompt:
     # Token ids the client sent (``text`` is their decoding, for moderation
     # and echo); served as given unless moderation changed the text.
     token_ids: tuple[int, ...] | None = None
-
-    def texts(self) -> list[str]:
-        return [self.text]
 
     def with_texts(self, texts: Sequence[str]) -> TextPrompt:
         (text,) = texts

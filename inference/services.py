@@ -28,7 +28,13 @@ from fleet.models import ServedModel
 from fleet.selectors import catalog_model_get
 from inference import metrics
 from inference.admission import drain
-from inference.admission.limits import Admission, LeaseKeeper, limits_admit, limits_release
+from inference.admission.limits import (
+    Admission,
+    LeaseKeeper,
+    limits_admit,
+    limits_count,
+    limits_release,
+)
 from inference.admission.queue_wait import QueueWaitExceeded
 from inference.admission.settlement import Settlement, usage_tag
 from inference.errors import APIError, ModelNotFound, NotFound, ServiceUnavailable
@@ -36,7 +42,7 @@ from inference.moderation import PromptSafety, policy_get, prompt_screen, reply_
 from inference.prompts.prepare import PreparedPrompt, prompt_prepare
 from inference.relay.dispatch import ModelWarmingUp, NoWorkerAvailable, dispatch_request
 from inference.relay.tap import ResponseRoute, ResponseTap, route_cache_key
-from inference.request import ChatPrompt, InferenceRequest
+from inference.request import ChatPrompt, InferenceRequest, new_response_id
 from inference.selectors import response_route_get
 from tenants.models import ApiKey, Tenant
 from tenants.ratelimit import Ticket
@@ -78,7 +84,15 @@ async def generation_start(
         raise ModelNotFound(request.model)
     # Known now: every later log line and span of this request carries them.
     logs.bind(tenant=tenant.pk, model=model.name)
-    # Safety (issue 20): the prompt stage, before anything is counted or
+    # The request rate, before any work on the request: screening,
+    # tokenizing and grammar compiles are not free for a key over its rate,
+    # and a request refused below (too long, blocked) still spent one.
+    api_key_id = api_key.pk if api_key is not None else None
+    ticket = Ticket.for_response(
+        response_id=request.response_id, api_key_id=api_key_id, tenant_id=tenant.pk
+    )
+    await limits_count(tenant=tenant, api_key=api_key, ticket=ticket, model=model.name)
+    # Safety (issue 20): the prompt stage, before any tokens are claimed or
     # billed; a blocked prompt is a 400, PII may come back redacted.
     request, safety = await prompt_screen(
         tenant=tenant, request=request, model=model.name, api_key=api_key, user=user
@@ -89,10 +103,6 @@ async def generation_start(
     )
     # The budget's worst-case hold, then rate limits and quotas (issue 17):
     # atomic claims before any GPU work, both given back if it goes no further.
-    api_key_id = api_key.pk if api_key is not None else None
-    ticket = Ticket.for_response(
-        response_id=request.response_id, api_key_id=api_key_id, tenant_id=tenant.pk
-    )
     sampling = prepared.sampling
     admission = await limits_admit(
         tenant=tenant,
@@ -195,7 +205,13 @@ async def chat_completion_resume(*, api_key: ApiKey, response_id: str) -> Respon
     Only the tenant that created the response may read it, for as long as
     its event stream is kept (RESPONSE_STREAM_TTL). The reader settles no
     usage (the original request's tap does) and leaving it aborts nothing.
+    Each resume counts one request against the key's rate (it replays a
+    whole stream, so it is work like any other request).
     """
+    ticket = Ticket.for_response(
+        response_id=new_response_id("resume"), api_key_id=api_key.pk, tenant_id=api_key.tenant_id
+    )
+    await limits_count(tenant=api_key.tenant, api_key=api_key, ticket=ticket)
     try:
         route = await response_route_get(response_id=response_id, tenant_id=api_key.tenant_id)
         alive = route is not None and bool(await get_bus().read_events(response_id, 0, 0))
@@ -210,6 +226,14 @@ async def chat_completion_resume(*, api_key: ApiKey, response_id: str) -> Respon
     return ResponseTap.start(
         route, abort_on_abandon=False, guard=reply_guard(policy=policy, n=route.n)
     )
+
+
+async def moderation_count(*, api_key: ApiKey) -> None:
+    """Count a /v1/moderations call against the key's request rate (429 over it)."""
+    ticket = Ticket.for_response(
+        response_id=new_response_id("modr"), api_key_id=api_key.pk, tenant_id=api_key.tenant_id
+    )
+    await limits_count(tenant=api_key.tenant, api_key=api_key, ticket=ticket)
 
 
 async def response_route_save(*, route: ResponseRoute) -> None:

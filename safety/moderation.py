@@ -10,6 +10,7 @@ reply is judged on (``safety.stream``).
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from safety.checks import CLASSIFIER, DENY_LIST, PII, Finding
@@ -67,8 +68,15 @@ class TextVerdict:
         return sorted({f"{f.check}:{f.category}" for f in self.findings})
 
 
-def texts_moderate(texts: list[str], policy: Policy) -> TextVerdict:
-    """Run the policy's checks on ``texts`` (the messages of one prompt)."""
+def texts_moderate(
+    texts: list[str], policy: Policy, *, verbatim: Collection[int] = ()
+) -> TextVerdict:
+    """Run the policy's checks on ``texts`` (the texts of one prompt).
+
+    ``verbatim``: indexes of texts the model must see as sent (a tool's
+    name, a schema's enum values): PII found there under a ``redact``
+    policy blocks instead, as it cannot be redacted consistently.
+    """
     verdict = TextVerdict(texts=list(texts))
 
     def found(findings: list[Finding], action: Action) -> None:
@@ -79,6 +87,9 @@ def texts_moderate(texts: list[str], policy: Policy) -> TextVerdict:
     if policy.pii != Action.OFF:
         for i, text in enumerate(texts):
             pii = pii_find(text)
+            if pii and policy.pii == Action.REDACT and i in verbatim:
+                found(pii, Action.BLOCK)
+                continue
             found(pii, policy.pii)
             if pii and policy.pii == Action.REDACT:
                 verdict.texts[i] = pii_redact(text, pii)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 from django.conf import settings
 from django.db import DatabaseError
 
-from fleet.fallback import db_mark_down, db_marked_down
+from fleet.fallback import DB_UNREACHABLE, db_mark_down, db_marked_down
 from safety.models import SafetyEvent, TenantSafetyPolicy, TierSafetyPolicy
 from safety.policy import Policy, TierBounds, default_bounds, policy_resolve
 from tenants.models import Tenant, Tier
+
+logger = logging.getLogger(__name__)
 
 # tenant id -> (expires at, policy): two queries saved on every request.
 _cache: dict[int, tuple[float, Policy]] = {}
@@ -42,8 +45,13 @@ def policy_for_tenant(*, tenant: Tenant) -> Policy:
     try:
         row = tenant_policy_get(tenant=tenant)
         policy = policy_resolve(tier_bounds(tier=tenant.tier), row.choices() if row else None)
-    except DatabaseError:
-        db_mark_down()
+    except DatabaseError as exc:
+        # Moderation never switches off: the tier's defaults, uncached. Only
+        # an unreachable database trips the breaker for everyone.
+        if isinstance(exc, DB_UNREACHABLE):
+            db_mark_down()
+        else:
+            logger.error("Policy lookup of tenant %s failed", tenant.pk, exc_info=True)
         return policy_resolve(default_bounds(tenant.tier.name))
     with _cache_lock:
         _cache[tenant.pk] = (now + settings.SAFETY_POLICY_CACHE_SECONDS, policy)

@@ -17,6 +17,7 @@ from django.utils.text import slugify
 
 from tenants.models import ApiKey, Invitation, Membership, Tenant, Tier, hash_api_key
 from tenants.selectors import tier_get
+from tenants.signals import api_key_revoked
 
 # The current default tiers. The data migration 0002 seeds a frozen copy of
 # these; tier_seed_defaults() restores them where a test flushed the tables.
@@ -211,6 +212,9 @@ def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
         locked.revoked_at = timezone.now()
         locked.save(update_fields=["revoked_at"])
     api_key.revoked_at = locked.revoked_at
+    # After the commit: a purge before it could be refilled by a request
+    # that still read the key as valid.
+    transaction.on_commit(lambda: api_key_revoked.send(sender=ApiKey, api_key=locked))
     return api_key
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -43,6 +45,27 @@ class WorkerInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> WorkerInfo:
-        data = dict(data)
-        data["state"] = WorkerState(data["state"])
-        return cls(**data)
+        """The info a registry record holds; fields this version does not
+        know are dropped, so a newer worker's heartbeat (rolling deploys)
+        cannot break routing on an older web process."""
+        known = {k: v for k, v in data.items() if k in _FIELD_NAMES}
+        known["state"] = WorkerState(known["state"])
+        return cls(**known)
+
+
+_FIELD_NAMES = frozenset(f.name for f in fields(WorkerInfo))
+
+logger = logging.getLogger(__name__)
+
+
+def decode_registry(records: dict[str, str]) -> list[WorkerInfo]:
+    """The workers a registry's JSON records describe, skipping (and logging)
+    any record that cannot be read, so one bad entry drops that worker from
+    routing rather than failing every lookup."""
+    workers = []
+    for worker_id, text in records.items():
+        try:
+            workers.append(WorkerInfo.from_dict(json.loads(text)))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            logger.warning("unreadable registry record for worker %s: %r", worker_id, exc)
+    return workers

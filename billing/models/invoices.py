@@ -45,7 +45,12 @@ class Invoice(models.Model):
 
 
 class InvoiceLine(models.Model):
-    """Usage of one model at one price: a mid-month price change makes two lines."""
+    """Usage of one model at one price: a mid-month price change makes two lines.
+
+    An adjustment line bills usage of earlier months that was settled after
+    its month's invoice had been issued (a worker's usage entry delivered
+    late), at the price it carries; its days lie before the invoice's month.
+    """
 
     invoice = models.ForeignKey(Invoice, on_delete=models.CASCADE, related_name="lines")
     model = models.CharField(max_length=128)
@@ -64,12 +69,13 @@ class InvoiceLine(models.Model):
     # discount its Batch API usage was recorded at (a line of its own).
     price_multiplier = models.DecimalField(max_digits=4, decimal_places=3, default=Decimal(1))
     amount = models.DecimalField(max_digits=14, decimal_places=2)
+    adjustment = models.BooleanField(default=False)
 
     class Meta:
-        ordering = ["model", "first_day", "-price_multiplier"]
+        ordering = ["adjustment", "model", "first_day", "-price_multiplier"]
         constraints = [
             models.UniqueConstraint(
-                fields=["invoice", "model", "price", "price_multiplier"],
+                fields=["invoice", "model", "price", "adjustment", "price_multiplier"],
                 name="invoice_line_unique",
             )
         ]

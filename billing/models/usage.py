@@ -81,10 +81,29 @@ class UsageRecord(models.Model):
     # discount never reprices it.
     price_multiplier = models.DecimalField(max_digits=4, decimal_places=3, default=Decimal(1))
     created_at = models.DateTimeField(default=timezone.now)
+    # The invoice that billed this record; null until one does. Usually the
+    # invoice of its month, but a record settled after that invoice was
+    # issued is billed by the tenant's next one, as an adjustment line.
+    invoice = models.ForeignKey(
+        "billing.Invoice",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="usage_records",
+    )
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["tenant", "created_at"], name="usage_tenant_created_idx")]
+        indexes = [
+            models.Index(fields=["tenant", "created_at"], name="usage_tenant_created_idx"),
+            # What the next invoice must still bill: a few rows at most,
+            # once a month is issued.
+            models.Index(
+                fields=["tenant", "created_at"],
+                condition=models.Q(invoice__isnull=True),
+                name="usage_unbilled_idx",
+            ),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(cached_tokens__lte=models.F("prompt_tokens")),
@@ -121,6 +140,9 @@ class UsageDeadLetter(models.Model):
         UNPARSEABLE = "unparseable", "Unparseable"
         UNKNOWN_TENANT = "unknown_tenant", "Unknown tenant"
         INVALID = "invalid", "Invalid record"
+        # Anything else the entry raised while settling (a bug, a value no
+        # check foresaw): set aside so the batch behind it settles.
+        ERROR = "error", "Error while settling"
 
     # The stream entry's id (unique per stream, not across stream resets).
     entry_id = models.CharField(max_length=64)

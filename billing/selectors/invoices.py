@@ -8,11 +8,11 @@ from decimal import Decimal
 
 from django.db.models import QuerySet
 
-from billing.models import Invoice, Price
+from billing.models import Invoice, Price, UsageRecord
 from billing.models.invoices import to_cents
 from billing.selectors.budgets import month_end, month_start
 from billing.selectors.pricing import Pricer
-from billing.selectors.usage import usage_groups
+from billing.selectors.usage import UsageGroup, records_groups, usage_groups
 from tenants.models import Tenant, Tier
 
 
@@ -34,6 +34,8 @@ class LineDraft:
     completion_tokens: int = 0
     # Exact, unrounded; the line's amount is this rounded to cents.
     cost: Decimal = Decimal(0)
+    # Usage of an earlier month, settled after that month's invoice.
+    adjustment: bool = False
     # Batch API usage at its discount is a line of its own (1: interactive).
     price_multiplier: Decimal = Decimal(1)
 
@@ -49,9 +51,21 @@ def invoice_lines_compute(*, tenant: Tenant, period: date) -> list[LineDraft]:
     billable usage has no price at all.
     """
     period = month_start(period)
+    groups = usage_groups(start=period, end=month_end(period), tenant_ids=[tenant.pk])
+    return _drafts(groups, period)
+
+
+def invoice_lines_billed(*, invoice: Invoice) -> list[LineDraft]:
+    """The lines of the records ``invoice`` billed: its month's, and as
+    adjustment lines those of earlier months settled after their invoice."""
+    groups = records_groups(UsageRecord.objects.filter(invoice=invoice))
+    return _drafts(groups, invoice.period)
+
+
+def _drafts(groups: list[UsageGroup], period: date) -> list[LineDraft]:
     pricer = Pricer()
-    lines: dict[tuple[str, int], LineDraft] = {}
-    for g in usage_groups(start=period, end=month_end(period), tenant_ids=[tenant.pk]):
+    lines: dict[tuple[str, int, bool], LineDraft] = {}
+    for g in groups:
         if not g.billable:
             continue
         price = pricer.price(price_id=g.price_id, tier_id=g.tier_id, model=g.model, day=g.day)
@@ -61,13 +75,15 @@ def invoice_lines_compute(*, tenant: Tenant, period: date) -> list[LineDraft]:
                 f"on {g.day}: "
                 "add one in the admin, then issue the invoice again."
             )
+        late = g.day < period
         line = lines.setdefault(
-            (g.model, price.pk, g.price_multiplier),
+            (g.model, price.pk, late, g.price_multiplier),
             LineDraft(
                 g.model,
                 price,
                 first_day=g.day,
                 last_day=g.day,
+                adjustment=late,
                 price_multiplier=g.price_multiplier,
             ),
         )
@@ -82,7 +98,8 @@ def invoice_lines_compute(*, tenant: Tenant, period: date) -> list[LineDraft]:
             completion_tokens=g.completion_tokens,
         )
     return sorted(
-        lines.values(), key=lambda line: (line.model, line.first_day, -line.price_multiplier)
+        lines.values(),
+        key=lambda line: (line.adjustment, line.model, line.first_day, -line.price_multiplier),
     )
 
 
@@ -96,18 +113,20 @@ def invoice_get(*, tenant: Tenant, number: str) -> Invoice | None:
 
 
 def invoice_differences(*, invoice: Invoice) -> list[str]:
-    """How the issued invoice differs from its month's UsageRecords now (empty: it reproduces).
+    """How the issued invoice differs from the UsageRecords it billed now (empty: it reproduces).
 
-    Records arriving or changing after issue (they should not: the month
-    was closed) or a price edited under an issued invoice show up here.
+    Billed records changed after issue or a price edited under an issued
+    invoice show up here; records settled after issue do not (the next
+    invoice bills them).
     """
     drafts = {
-        (d.model, d.price.pk, d.price_multiplier): d
-        for d in invoice_lines_compute(tenant=invoice.tenant, period=invoice.period)
+        (d.model, d.price.pk, d.adjustment, d.price_multiplier): d
+        for d in invoice_lines_billed(invoice=invoice)
     }
     differences = []
     for line in invoice.lines.all():
-        draft = drafts.pop((line.model, line.price_id, line.price_multiplier), None)
+        key = (line.model, line.price_id, line.adjustment, line.price_multiplier)
+        draft = drafts.pop(key, None)
         if draft is None:
             differences.append(f"{line.model} at price {line.price_id}: no usage now")
             continue

@@ -107,6 +107,11 @@ def usage_groups(
     records = UsageRecord.objects.filter(created_at__gte=since, created_at__lt=until)
     if tenant_ids is not None:
         records = records.filter(tenant_id__in=tenant_ids)
+    return records_groups(records)
+
+
+def records_groups(records: QuerySet[UsageRecord]) -> list[UsageGroup]:
+    """``records`` summed per tenant, day, key, model, tier, price and billability."""
     rows = (
         records.annotate(
             day=TruncDate("created_at", tzinfo=UTC),

@@ -13,9 +13,10 @@ writes the same record at the terminal event when it can (the fast path):
 both converge on one row.
 
 An entry that cannot be settled (unparseable, unknown tenant, a record the
-database refuses) is set aside as a ``UsageDeadLetter`` (logged, counted,
-shown in the admin) and acknowledged, so it never blocks the entries
-behind it. The database being unreachable is not the entry's fault: the
+database refuses, or any other exception while settling it) is set aside
+as a ``UsageDeadLetter`` (logged, counted, shown in the admin) and
+acknowledged, so it never blocks the entries behind it. The database
+being unreachable (a connection-level error) is not the entry's fault: the
 batch stops there and the rest stay pending for the next run.
 """
 
@@ -27,7 +28,7 @@ from datetime import UTC, datetime
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, DataError, IntegrityError, transaction
+from django.db import DataError, IntegrityError, InterfaceError, OperationalError, transaction
 from redis.exceptions import RedisError
 
 from billing import metrics
@@ -52,8 +53,9 @@ logger = logging.getLogger(__name__)
 
 # Errors that make an entry poison: the record itself is refused.
 _POISON = (ValidationError, IntegrityError, DataError, Tenant.DoesNotExist)
-# Any other database error: the database, not the entry (down, restarting).
-_TRANSIENT_DB = (DatabaseError,)
+# Connection-level errors: the database, not the entry (down, restarting).
+# Anything else raised while settling one entry is that entry's fault.
+_TRANSIENT_DB = (OperationalError, InterfaceError)
 
 
 @dataclass(slots=True)
@@ -159,16 +161,24 @@ def _settle_batch(deliveries: list[Delivery], report: SettleReport) -> list[str]
     except _TRANSIENT_DB as exc:
         _interrupted(report, exc)
         return []
+    except Exception:  # noqa: BLE001 - one entry's ids: each entry loads its own
+        logger.warning("usage batch lookup failed; settling its entries one by one")
+        known = None
     done: list[str] = []
     for delivery, entry in parsed:
         try:
             if isinstance(entry, InvalidUsageEntry):
                 _set_aside(delivery, "", UsageDeadLetter.Reason.UNPARSEABLE, str(entry), report)
             else:
-                _settle_entry(delivery, entry, known, report)
+                _settle_entry(delivery, entry, known or _Known.load([entry]), report)
         except _TRANSIENT_DB as exc:
             _interrupted(report, exc)
             break
+        except Exception as exc:  # noqa: BLE001 - never let one entry block the batch
+            logger.exception("usage entry %s raised while settling", delivery.entry_id)
+            response_id = entry.response_id if isinstance(entry, UsageEntry) else ""
+            reason = UsageDeadLetter.Reason.ERROR
+            _set_aside(delivery, response_id, reason, _describe(exc), report)
         done.append(delivery.entry_id)
     return done
 
@@ -196,14 +206,17 @@ class _Known:
         key_ids = ids(e.tag.api_key_id for e in entries)
         user_ids = ids(e.tag.user_id for e in entries)
         price_ids = ids(e.tag.price_id for e in entries)
-        return cls(
-            tenants=set(Tenant.objects.filter(pk__in=tenant_ids).values_list("pk", flat=True)),
-            keys=set(ApiKey.objects.filter(pk__in=key_ids).values_list("pk", flat=True)),
-            users=set(
-                get_user_model().objects.filter(pk__in=user_ids).values_list("pk", flat=True)
-            ),
-            prices=Price.objects.in_bulk(price_ids),
-        )
+        # A savepoint: an id the database refuses (out of range) must not
+        # break the transaction a dead-letter retry runs in.
+        with transaction.atomic():
+            return cls(
+                tenants=set(Tenant.objects.filter(pk__in=tenant_ids).values_list("pk", flat=True)),
+                keys=set(ApiKey.objects.filter(pk__in=key_ids).values_list("pk", flat=True)),
+                users=set(
+                    get_user_model().objects.filter(pk__in=user_ids).values_list("pk", flat=True)
+                ),
+                prices=Price.objects.in_bulk(price_ids),
+            )
 
 
 def _settle_entry(
@@ -269,17 +282,23 @@ def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _storable(text: str) -> str:
+    return text.replace("\x00", "\ufffd")
+
+
 def _set_aside(
     delivery: Delivery, response_id: str, reason: str, error: str, report: SettleReport
 ) -> None:
-    payload = delivery.payload or ""
+    # PostgreSQL text holds no NUL: a letter that cannot be stored would
+    # block the batch like the entry it sets aside.
+    payload = _storable(delivery.payload or "")
     # A redelivery of an entry set aside before its acknowledgement.
     if not UsageDeadLetter.objects.filter(entry_id=delivery.entry_id, payload=payload).exists():
         UsageDeadLetter.objects.create(
-            entry_id=delivery.entry_id,
-            response_id=response_id[:64],
+            entry_id=_storable(delivery.entry_id)[:64],
+            response_id=_storable(response_id)[:64],
             reason=reason,
-            error=error,
+            error=_storable(error),
             payload=payload,
         )
     report.dead += 1

@@ -64,6 +64,11 @@ CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
 # TLS-terminating proxy set DJANGO_SECURE_PROXY_SSL_HEADER=true so that
 # X-Forwarded-Proto: https counts as HTTPS (only when the proxy sets it).
 # Probes and the scrape come over plain HTTP from inside the network.
+# Networks (CIDRs) of the reverse proxies in front of the web: only a peer
+# inside one is believed about the client's address (X-Forwarded-For, the
+# right-most address not itself a trusted proxy). Empty: none, REMOTE_ADDR
+# is the peer's. docker/compose.yaml sets the private ranges Caddy sits in.
+TRUSTED_PROXIES = env.list("TRUSTED_PROXIES", default=[])
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 if env.bool("DJANGO_SECURE_PROXY_SSL_HEADER", default=False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -210,8 +215,8 @@ AUTHENTICATION_BACKENDS = [
 # Login throttling: AXES_FAILURE_LIMIT failures of one username from one
 # address lock that pair for AXES_COOLOFF_MINUTES (a 429). Keyed on the pair,
 # so nobody can lock a user out from elsewhere, and unknown usernames lock
-# like real ones (no enumeration). Behind a proxy, Daphne's --proxy-headers
-# makes REMOTE_ADDR the client's.
+# like real ones (no enumeration). Behind a proxy, REMOTE_ADDR is the
+# client's when the proxy is in TRUSTED_PROXIES (config.proxies).
 AXES_ENABLED = env.bool("AXES_ENABLED", default=True)
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("AXES_COOLOFF_MINUTES", default=15))
@@ -365,6 +370,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Queues: billing (invoices, roll-ups, budgets, reports) and fleet (worker
 # accounting, fleet operations); the first matching route wins.
 CELERY_TASK_DEFAULT_QUEUE = "billing"
+# Hard limit on one task's run, in seconds: a hung task cannot hold a worker
+# slot forever, and a worker's warm shutdown (SIGTERM waits for running
+# tasks) ends within it, before compose's stop_grace_period kills it.
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 120)
 CELERY_TASK_ROUTES = {
     "billing.tasks.gpu_usage_sample": {"queue": "fleet"},
     "billing.tasks.*": {"queue": "billing"},
@@ -465,7 +474,7 @@ ENGINE_MAX_BATCHED_TOKENS = env_int("ENGINE_MAX_BATCHED_TOKENS", 1024)
 ENGINE_SCHEDULING_POLICY = os.environ.get("ENGINE_SCHEDULING_POLICY", "fair")
 # Seconds without a heartbeat before the registry drops a worker whose
 # process keeps no liveness key (an older worker); newer ones are judged
-# dead by their liveness key (wire.bus.base.LIVENESS_TTL, 1.5 s).
+# dead by their liveness key (wire.bus.base.LIVENESS_TTL, 1.2 s).
 WORKER_HEARTBEAT_TTL = env_int("WORKER_HEARTBEAT_TTL", 6)
 # Seconds a gpuworker on SIGTERM lets running requests finish before it
 # ends them failed (worker_shutdown) and exits.
@@ -505,6 +514,10 @@ CONSOLE_MAX_OUTPUT_TOKENS = env_int("CONSOLE_MAX_OUTPUT_TOKENS", 1024)
 # before reading it again (a change in another process shows after this).
 SAFETY_POLICY_CACHE_SECONDS = float(os.environ.get("SAFETY_POLICY_CACHE_SECONDS", "5"))
 SAFETY_EVENT_RETENTION_DAYS = env_int("SAFETY_EVENT_RETENTION_DAYS", 90)
+# The most characters one text may have to be screened (a message, a tool's
+# text, a moderations input); a longer one is a 400 before any check runs.
+# 256 Ki: far above any context the tiers allow (about 4 characters a token).
+SAFETY_MAX_SCREEN_CHARS = env_int("SAFETY_MAX_SCREEN_CHARS", 256 * 1024)
 
 # Observability (docs/architecture.md, "Observability"). A gpuworker's port
 # for /metrics, /healthz and /readyz (gpuworker --metrics-port; 0: none, as

@@ -66,6 +66,10 @@ class LLMEngine:
         self._aborted: list[Request] = []
         # (request id, error) of requests failed by their own processing.
         self._failures: list[tuple[str, str]] = []
+        # The last step ran a batch and none of it succeeded (its one
+        # request failed): the worker counts these, like raised steps, to
+        # tell a broken engine from one bad request.
+        self.last_step_failed = False
         # (request id, positions) of each prefill chunk the last step computed.
         self.last_prefill_chunks: list[tuple[str, range]] = []
         self.num_steps = 0
@@ -231,11 +235,13 @@ class LLMEngine:
 
         A request whose own processing raises (its rows in the forward pass
         or sampler, its detokenizer, its stop checks) is aborted and listed
-        by ``take_failures``; the others' step goes on. An error that is no
-        single request's propagates.
+        by ``take_failures``; the others' step goes on. A batch of one
+        request that raises fails that request only (``last_step_failed``
+        says so). An error that is no single request's propagates.
         """
         outputs = [self._final_output(r) for r in self._aborted]
         self._aborted.clear()
+        self.last_step_failed = False
         batch = self.scheduler.schedule()
         self.last_prefill_chunks = []
         if batch.is_empty:
@@ -252,6 +258,7 @@ class LLMEngine:
             isolated = isolate(self.runner.execute, self.scheduler.seqs, batch, exc)
             for request_id, error in isolated.failed.items():
                 self._fail(request_id, error)
+            self.last_step_failed = not isolated.parts
             batch, sampled = isolated.batch, isolated.sampled
             for sub, out in isolated.parts:
                 if out.prompt_logprobs:

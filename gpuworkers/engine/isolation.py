@@ -11,7 +11,10 @@ swapped-out block may already be reused by this step.
 
 If no sub-batch succeeds, nothing is request-specific (a broken device, a
 kernel bug on every shape): the original exception propagates and the
-caller fails the whole step.
+caller fails the whole step. A batch of one request has nothing to compare
+with: that request fails alone and the requests queued behind it go on
+(a device that fails everything then fails step after step, which the
+worker counts as a broken engine: ``LLMEngine.last_step_failed``).
 """
 
 from __future__ import annotations
@@ -73,8 +76,11 @@ def isolate(
         half = len(requests) // 2
         run(requests[:half])
         run(requests[half:])
-    if not parts:
-        raise error
+        if not parts:
+            raise error
+    else:
+        ((request_id, _),) = requests
+        failed[request_id] = error
     good = [pair for request_id, pairs in requests if request_id not in failed for pair in pairs]
     merged = assemble(good, CacheOps())
     # A verifying sequence has one sample per verified position: the key is

@@ -1,6 +1,13 @@
 """A response's claims on its tenant's limits: taken at admission, kept alive
 while it runs, settled at its end.
 
+Before any of that, ``limits_count`` counts the request in the key's and
+tenant's requests-per-minute windows, once its model is known and before
+any work on it, so the work before admission (screening, tokenizing,
+grammar compiles, safety-event writes) is limited and paid for with a
+request even when the request is refused afterwards. Moderations and stream resumes, which never
+reach admission, are counted the same way.
+
 Admission takes two claims, in this order: the budget hold (billing's
 ledger: the request's worst-case cost) and the rate-limit reservation
 (tenants.ratelimit: a concurrency slot, tokens in the sliding windows and
@@ -19,7 +26,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError
 from redis.exceptions import RedisError
 
 from billing.selectors import usage_month_tokens
@@ -32,7 +38,7 @@ from billing.services import (
     budget_reserve,
     claims_settle,
 )
-from fleet.fallback import db_mark_down, db_marked_down
+from fleet.fallback import DB_UNREACHABLE, db_mark_down, db_marked_down
 from inference import metrics
 from inference.errors import InsufficientQuota, ServiceUnavailable, rate_limit_error
 from tenants.models import ApiKey, Tenant
@@ -43,6 +49,7 @@ from tenants.ratelimit import (
     limits_for,
     limits_for_tenant,
     rate_limit_admit,
+    rate_limit_count,
     rate_limit_renew,
     rate_limit_settle,
 )
@@ -80,11 +87,32 @@ async def _budget_hold(
     if not db_marked_down():
         try:
             return await budget_reserve(**kwargs)
-        except DatabaseError:
+        except DB_UNREACHABLE:
             db_mark_down()
     # PostgreSQL is down: the budget from the tenant at hand (the auth
     # cache's), the spend and the price from the ledger.
     return await budget_reserve(**kwargs, use_database=False)
+
+
+async def limits_count(
+    *, tenant: Tenant, api_key: ApiKey | None, ticket: Ticket, model: str = ""
+) -> Decision:
+    """Count one request against the key's and tenant's request rates.
+
+    Raises RateLimited (429, with Retry-After and the x-ratelimit-*
+    headers) when a window is full, ServiceUnavailable when Redis is down.
+    ``limits_admit`` with the same ticket does not count it again.
+    ``model`` labels the refusal's metric ("" for calls of no model).
+    """
+    limits = limits_for(api_key) if api_key is not None else limits_for_tenant(tenant)
+    try:
+        decision = await rate_limit_count(ticket=ticket, limits=limits)
+    except RedisError as exc:
+        raise ServiceUnavailable(code="bus_unavailable") from exc
+    if not decision.admitted:
+        metrics.request_refused(reason=decision.outcome, tier=tenant.tier.name, model=model)
+        raise rate_limit_error(decision, tokens=0)
+    return decision
 
 
 async def limits_admit(

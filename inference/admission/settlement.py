@@ -21,7 +21,7 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError
 
 from billing.services import usage_entry_record
-from fleet.fallback import db_mark_down, db_marked_down
+from fleet.fallback import DB_UNREACHABLE, db_mark_down, db_marked_down
 from inference.admission.limits import Admission, limits_settle
 from wire.events import Terminal, TokenUsage
 from wire.usage import UsageEntry, UsageTag, get_usage_stream, usage_entry
@@ -94,7 +94,10 @@ async def _record(entry: UsageEntry) -> None:
         if db_marked_down():
             raise DatabaseError("database marked down")
         await sync_to_async(usage_entry_record)(entry=entry)
-    except DatabaseError:
-        db_mark_down()
+    except DatabaseError as exc:
+        # Any refusal goes to the stream (the settler retries or dead-letters
+        # it); only an unreachable database trips the breaker for everyone.
+        if isinstance(exc, DB_UNREACHABLE):
+            db_mark_down()
         stream = get_usage_stream()
         await sync_to_async(stream.append, thread_sensitive=False)([entry])

@@ -7,11 +7,12 @@ valid key whose tier has no API access gets 403.
 """
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError
+from django.db import DataError
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
 from fleet.fallback import (
+    DB_UNREACHABLE,
     KeyUnverifiable,
     auth_cache_authenticate,
     auth_cache_forget,
@@ -44,7 +45,7 @@ class ApiKeyAuth(HttpBearer):
         if not db_marked_down():
             try:
                 await sync_to_async(api_key_touch)(api_key=api_key)
-            except DatabaseError:
+            except DB_UNREACHABLE:
                 db_mark_down()
         return api_key
 
@@ -54,7 +55,10 @@ async def _authenticate(token: str) -> ApiKey | None:
     if not db_marked_down():
         try:
             api_key = await sync_to_async(api_key_authenticate)(raw_key=token)
-        except DatabaseError:
+        except DataError:
+            # A token no key row could hold (a NUL byte): no such key.
+            return None
+        except DB_UNREACHABLE:
             db_mark_down()
         else:
             if api_key is None:

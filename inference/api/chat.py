@@ -13,6 +13,7 @@ from typing import Any
 from inference.api.schemas import ChatCompletionRequest, ChatMessage
 from inference.errors import InvalidRequest
 from inference.request import ChatPrompt, ChatTurn, InferenceRequest, ToolCallRef, new_response_id
+from inference.tool_calls.checks import tools_compile
 from inference.tool_calls.setup import tool_setup
 from tenants.models import Tenant
 from wire.sampling import Sampling
@@ -22,7 +23,11 @@ from wire.tracing import TraceContext
 def chat_request(
     payload: ChatCompletionRequest, *, tenant: Tenant, conversation_id: str | None = None
 ) -> InferenceRequest:
-    """The internal request for a chat completion of ``tenant``'s."""
+    """The internal request for a chat completion of ``tenant``'s.
+
+    Compiles the tools' schemas (CPU work): call it in a worker thread.
+    """
+    tools_compile(payload.tools)
     tools = tool_setup(payload)
     from_format = payload.response_format.structured_output() if payload.response_format else None
     if tools.structured_output is not None and from_format is not None:
@@ -55,8 +60,10 @@ def chat_request(
         response_id=new_response_id("chatcmpl"),
         trace=TraceContext.current(),
         max_tokens_param=param,
-        conversation_id=conversation_id,
-        user=payload.user,
+        # The header names the conversation; OpenAI's prompt_cache_key is
+        # its in-body equivalent (both route to the replica with its prefix).
+        conversation_id=conversation_id or payload.prompt_cache_key,
+        user=payload.user or payload.safety_identifier,
         include_usage=payload.include_usage,
     )
 

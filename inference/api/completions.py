@@ -27,7 +27,7 @@ from inference.api.completions_format import CompletionFrames, PromptEcho, compl
 from inference.api.schemas import (
     ENCODABLE,
     ChatCompletionRequest,
-    StrictSchema,
+    RequestBody,
     TokenId,
     stream_rules_check,
 )
@@ -82,7 +82,7 @@ SHARED_FIELDS = (
 )
 _Shared = create_model(
     "_SharedSampling",
-    __base__=StrictSchema,
+    __base__=RequestBody,
     **{
         name: (info.annotation, info)
         for name, info in ChatCompletionRequest.model_fields.items()
@@ -107,6 +107,9 @@ class CompletionRequest(_Shared):
     # Legacy logprobs: how many alternatives per token (0: the token's own only).
     logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     suffix: Text | None = None
+    # OpenAI's best_of: served when it equals n (each choice is its own
+    # best); more candidates than choices would need server-side ranking.
+    best_of: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
 
     @field_validator("logit_bias")
     @classmethod
@@ -125,6 +128,12 @@ class CompletionRequest(_Shared):
     @model_validator(mode="after")
     def _prompts_fit(self) -> CompletionRequest:
         stream_rules_check(self)
+        if self.best_of is not None and self.best_of != (self.n or 1):
+            raise InvalidRequest(
+                "best_of is supported only equal to n (no server-side ranking of candidates).",
+                param="best_of",
+                code="unsupported_value",
+            )
         if len(self.prompts) * (self.n or 1) > MAX_PROMPTS * MAX_N:
             raise InvalidRequest("Too many prompts times n.", param="prompt")
         if any(p == "" for p in self.prompts):

@@ -27,6 +27,7 @@ from inference.api.schemas import (
 )
 from inference.errors import ModelNotFound, install_error_handlers
 from inference.relay import tap as relay
+from inference.storable import unstorable_reason
 
 OWNED_BY = "llm-platform"
 ERRORS = {code: ErrorResponse for code in (400, 401, 403, 404, 413, 429, 500, 503)}
@@ -91,6 +92,9 @@ async def list_models(request: HttpRequest):
 
 @router.get("/models/{path:model_id}", response={200: ModelObject, **ERRORS}, tags=["models"])
 async def retrieve_model(request: HttpRequest, model_id: str):
+    if unstorable_reason(model_id) is not None:
+        # "%00" in the path: no model row can be named so; never a query.
+        raise ModelNotFound(model_id.encode("utf-8", "backslashreplace").decode())
     model = await sync_to_async(served_model_get)(name=model_id, tier=request.auth.tenant.tier)
     if model is None or not request.auth.allows_model(model.name):
         raise ModelNotFound(model_id)
@@ -111,7 +115,8 @@ async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRe
     """
     # X-Conversation-Id: the routing key's conversation (fleet.routing).
     key = request.auth
-    internal = chat_request(
+    # Compiles the tools' schemas: CPU work, off the event loop.
+    internal = await sync_to_async(chat_request, thread_sensitive=False)(
         payload, tenant=key.tenant, conversation_id=request.headers.get("X-Conversation-Id")
     )
     tap = await services.generation_start(request=internal, tenant=key.tenant, api_key=key)
@@ -178,6 +183,7 @@ async def resume_chat_completion(
 @router.post("/moderations", response={200: ModerationResponse, **ERRORS}, tags=["moderations"])
 async def create_moderation(request: HttpRequest, payload: ModerationRequest):
     """Classify texts with the checks and the tenant's policy of the chat path (safety/)."""
+    await services.moderation_count(api_key=request.auth)
     return await moderation.moderations_create(
         tenant=request.auth.tenant, inputs=payload.texts, model=payload.model
     )

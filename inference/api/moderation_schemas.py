@@ -4,7 +4,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from inference.api.schemas import StrictSchema, Text
+from inference.api.schemas import RequestBody, StrictSchema, Text
 
 # OpenAI takes up to 32 inputs a request.
 MAX_INPUTS = 32
@@ -15,7 +15,7 @@ class TextInput(StrictSchema):
     text: Text
 
 
-class ModerationRequest(StrictSchema):
+class ModerationRequest(RequestBody):
     input: (
         Text
         | Annotated[list[Text], Field(min_length=1, max_length=MAX_INPUTS)]

@@ -27,7 +27,7 @@ from pydantic import Field, field_validator
 
 from inference import services
 from inference.api.openai_format import CompletionBuilder, ending_error
-from inference.api.schemas import ENCODABLE, StrictSchema
+from inference.api.schemas import ENCODABLE, RequestBody, StrictSchema
 from inference.api.sse import stream_response
 from inference.errors import InvalidRequest
 from inference.relay.tap import (
@@ -65,7 +65,7 @@ class InputMessage(StrictSchema):
         return "\n".join(part.text for part in self.content)
 
 
-class ResponsesRequest(StrictSchema):
+class ResponsesRequest(RequestBody):
     model: Annotated[str, Field(min_length=1, max_length=128), ENCODABLE]
     input: Text | Annotated[list[InputMessage], Field(min_length=1)]
     instructions: Text | None = None
@@ -91,7 +91,6 @@ class ResponsesRequest(StrictSchema):
                 param="previous_response_id",
             )
         return value
-
 
 
 def response_request(request: ResponsesRequest, *, tenant: Tenant) -> InferenceRequest:
@@ -305,9 +304,7 @@ async def _collected(tap: ResponseTap, shape: ResponseShape) -> JsonResponse:
         raise error
     status, reason = _ending(builder.finish_reason(event))
     usage = builder.ledger.usage(event)
-    response = JsonResponse(
-        shape.body(status, text=builder.text(), usage=usage, incomplete=reason)
-    )
+    response = JsonResponse(shape.body(status, text=builder.text(), usage=usage, incomplete=reason))
     for name, value in tap.headers.items():
         response[name] = value
     return response

@@ -1,7 +1,10 @@
 """Request and response schemas of the OpenAI-compatible API.
 
 Requests are validated strictly and reject unknown fields: a parameter the
-platform does not implement gets a 400 naming it instead of being ignored.
+platform does not know gets a 400 naming it. Every field of OpenAI's own
+request bodies is known: honoured, or accepted and ignored where it has
+no meaning here (README, "API compatibility"). No string anywhere in a
+body may hold what the stores cannot (``inference.storable``).
 Tool calling (tools, tool_choice, parallel_tool_calls, tool messages) is
 ``inference.tool_calls``. Besides OpenAI's own sampling parameters the
 request takes vLLM's extra ones (top_k, min_p, repetition_penalty,
@@ -19,8 +22,19 @@ from ninja import Schema
 from pydantic import AfterValidator, ConfigDict, Field, field_validator, model_validator
 
 from inference.errors import InvalidRequest
+from inference.storable import first_unstorable, unstorable_reason
 from inference.tool_calls.checks import messages_check, tools_check
-from inference.tool_calls.schemas import MAX_TOOLS, ToolCall, ToolChoice, ToolDefinition
+from inference.tool_calls.schema_guard import schema_shape_check
+from inference.tool_calls.schemas import (
+    MAX_TOOLS,
+    FunctionDefinition,
+    FunctionName,
+    NamedToolChoice,
+    ToolCall,
+    ToolCallFunction,
+    ToolChoice,
+    ToolDefinition,
+)
 from sampling_rules.limits import (
     LOGIT_BIAS_RANGE,
     MAX_BAD_WORD_CHARS,
@@ -38,12 +52,11 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _encodable(value: str) -> str:
-    # JSON escapes can spell unpaired UTF-16 surrogates ("\ud800"): valid
-    # JSON, but no text. The tokenizer cannot encode them, so refuse here.
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("the string contains an unpaired surrogate (invalid Unicode)") from None
+    # JSON escapes can spell unpaired UTF-16 surrogates ("\ud800") and NUL:
+    # valid JSON, but neither the tokenizer nor PostgreSQL takes them.
+    reason = unstorable_reason(value)
+    if reason is not None:
+        raise ValueError(reason.replace("it ", "the string ", 1))
     return value
 
 
@@ -56,19 +69,48 @@ class StrictSchema(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+class RequestBody(StrictSchema):
+    """A whole request body: no string in it, key or value, at any depth,
+    may hold NUL or an unpaired surrogate (``inference.storable``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable(cls, data: Any) -> Any:
+        # Before the fields: a NUL in ``model`` must never reach a lookup,
+        # nor one in an ignored field a log line or a safety event.
+        found = first_unstorable(data)
+        if found is not None:
+            param, reason = found
+            where = f"'{param}'" if param else "the request body"
+            raise InvalidRequest(f"Invalid value for {where}: {reason}.", param=param or None)
+        return data
+
+
 class TextContentPart(StrictSchema):
     type: Literal["text"]
     text: Text
 
 
 class ChatMessage(StrictSchema):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    # "function": the deprecated function-calling API's result message.
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     # Required except on an assistant message with tool_calls (checked by
     # inference.tool_calls.checks.messages_check, which knows the index).
     content: Text | Annotated[list[TextContentPart], Field(min_length=1)] | None = None
     name: Annotated[str, Field(max_length=256), ENCODABLE] | None = None
     tool_calls: Annotated[list[ToolCall], Field(min_length=1)] | None = None
     tool_call_id: Annotated[str, Field(min_length=1, max_length=256), ENCODABLE] | None = None
+    # An earlier assistant message sent back as the API returned it: its
+    # refusal and audio are accepted and ignored, a legacy function_call is
+    # a tool call (legacy_message_map).
+    refusal: Text | None = None
+    audio: dict[str, Any] | None = None
+    function_call: ToolCallFunction | None = None
+
+    @model_validator(mode="after")
+    def _legacy_function_calling(self) -> "ChatMessage":
+        legacy_message_map(self)
+        return self
 
     @property
     def text(self) -> str:
@@ -111,6 +153,11 @@ class ResponseFormat(StrictSchema):
                 "and allowed only then.",
                 param="response_format",
             )
+        schema = self.json_schema_.schema_ if self.json_schema_ is not None else None
+        if schema is not None:
+            # Compiled later by the grammar compiler, off the event loop;
+            # here only what it must never be asked (a fetch, unbounded work).
+            schema_shape_check(schema, param="response_format", what="response_format")
         return self
 
     def structured_output(self) -> dict[str, Any] | None:
@@ -133,7 +180,18 @@ TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 Bias = Annotated[float, Field(ge=-LOGIT_BIAS_RANGE, le=LOGIT_BIAS_RANGE)]
 
 
-class ChatCompletionRequest(StrictSchema):
+# OpenAI's metadata: at most 16 pairs, keys of 64 characters, values of 512.
+Metadata = Annotated[
+    dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
+    Field(max_length=16),
+]
+# What OpenAI's clients send and this server accepts but does not act on
+# (README, "API compatibility"): objects it does not look into.
+IgnoredObject = dict[str, Any]
+LegacyFunctionCall = Literal["none", "auto"] | FunctionName
+
+
+class ChatCompletionRequest(RequestBody):
     model: Annotated[str, Field(min_length=1, max_length=128), ENCODABLE]
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -170,6 +228,33 @@ class ChatCompletionRequest(StrictSchema):
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
+    # OpenAI's fields that are honoured another way: legacy functions as
+    # tools; prompt_cache_key as the routing conversation (fleet.routing);
+    # safety_identifier, which replaces user, as user; every service tier
+    # is served as "default".
+    functions: (
+        Annotated[list[FunctionDefinition], Field(min_length=1, max_length=MAX_TOOLS)] | None
+    ) = None
+    function_call: LegacyFunctionCall | None = None
+    prompt_cache_key: Annotated[str, Field(max_length=256)] | None = None
+    safety_identifier: Annotated[str, Field(max_length=256)] | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast"] | None = None
+    # Only text comes out of these models: ["text"] is the one honoured value.
+    modalities: list[Literal["text", "audio"]] | None = None
+    # Accepted and ignored: nothing is stored, no reasoning or search model
+    # is served, moderation follows the tenant's policy (README table).
+    metadata: Metadata | None = None
+    store: bool | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    prompt_cache_options: IgnoredObject | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = (
+        None
+    )
+    verbosity: Literal["low", "medium", "high"] | None = None
+    audio: IgnoredObject | None = None
+    prediction: IgnoredObject | None = None
+    web_search_options: IgnoredObject | None = None
+    moderation: IgnoredObject | None = None
 
     @field_validator("logit_bias")
     @classmethod
@@ -186,6 +271,13 @@ class ChatCompletionRequest(StrictSchema):
     @model_validator(mode="after")
     def _cross_field_rules(self) -> "ChatCompletionRequest":
         messages_check(self.messages)
+        legacy_functions_map(self)
+        if self.modalities is not None and "audio" in self.modalities:
+            raise InvalidRequest(
+                'Audio output is not supported by this server; use modalities ["text"].',
+                param="modalities",
+                code="unsupported_value",
+            )
         tools_check(self)
         if self.top_logprobs and not self.logprobs:
             raise InvalidRequest("top_logprobs requires logprobs to be true.", param="top_logprobs")
@@ -211,6 +303,60 @@ class ChatCompletionRequest(StrictSchema):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+def legacy_call_id(name: str) -> str:
+    # The legacy API had no call ids: a call and its result pair by name.
+    return f"call_legacy_{name}"
+
+
+def legacy_message_map(message: ChatMessage) -> None:
+    """A deprecated function-calling turn as the tool-calling one it was."""
+    if message.function_call is not None:
+        if message.role != "assistant" or message.tool_calls is not None:
+            raise ValueError(
+                "function_call is only allowed on assistant messages without tool_calls"
+            )
+        call = message.function_call
+        message.tool_calls = [
+            ToolCall(id=legacy_call_id(call.name), type="function", function=call)
+        ]
+        message.function_call = None
+    if message.role == "function":
+        if not message.name:
+            raise ValueError("a function message needs the name of the function")
+        message.role, message.tool_call_id = "tool", legacy_call_id(message.name)
+
+
+def legacy_functions_map(request: ChatCompletionRequest) -> None:
+    """OpenAI's deprecated ``functions`` / ``function_call`` as ``tools`` /
+    ``tool_choice`` (calls are answered as ``tool_calls``, one per reply,
+    as the legacy API made at most one)."""
+    if request.functions is None:
+        if request.function_call is not None:
+            raise InvalidRequest(
+                "Invalid value for 'function_call': 'function_call' is only allowed when "
+                "'functions' are specified.",
+                param="function_call",
+            )
+        return
+    if request.tools is not None or request.tool_choice is not None:
+        raise InvalidRequest(
+            "Use either 'functions' (deprecated) or 'tools', not both.", param="functions"
+        )
+    request.tools = [ToolDefinition(type="function", function=f) for f in request.functions]
+    choice = request.function_call
+    if isinstance(choice, FunctionName):
+        names = [f.name for f in request.functions]
+        if choice.name not in names:
+            raise InvalidRequest(
+                f"Invalid value for 'function_call': no function named '{choice.name}' "
+                "is in 'functions'.",
+                param="function_call",
+            )
+        choice = NamedToolChoice(type="function", function=choice)
+    request.tool_choice = choice
+    request.parallel_tool_calls = False
 
 
 def stream_rules_check(request: Any) -> None:

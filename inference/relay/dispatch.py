@@ -58,10 +58,16 @@ __all__ = [
     "wait_for_terminal",
 ]
 
-# One read waits this long before the worker's liveness is checked: with
-# the liveness key's TTL (wire.bus.base.LIVENESS_TTL, 1.5 s) a killed
-# worker's streams end within about 1.8 s.
+# One read waits this long before the worker's liveness is checked.
 POLL_MS = 300
+# A worker found dead is looked at again this much later before its streams
+# are failed: a live worker's refresher (every LIVENESS_INTERVAL, 0.3 s)
+# has put its key back by then, so one missed window (a Redis stall that
+# ran the refresh after the check, a CPU-starved refresher) ends nothing.
+# A killed worker's streams end within the liveness key's TTL
+# (wire.bus.base.LIVENESS_TTL, 1.2 s) plus at most one poll plus this:
+# under 2 s (python -m bench.chaos prints the figure).
+DEATH_CONFIRM_SECONDS = 0.35
 # A dead worker's request that has no event yet may still be taken over by
 # a peer of the model (wire.bus reclaims it within about a second); its
 # stream is failed only if none did within this many seconds.
@@ -332,7 +338,15 @@ class _Watch:
             if time.monotonic() - self.last_progress >= self.idle_timeout:
                 await bus.request_abort(self.worker_id, self.response_id)
                 message = f"The response made no progress for {self.idle_timeout:.0f} seconds"
-                await _close_stream(bus, self.response_id, ErrorInfo(message, code="stream_timeout"))
+                await _close_stream(
+                    bus, self.response_id, ErrorInfo(message, code="stream_timeout")
+                )
+            return
+        # The second look: death is declared only if the worker is still
+        # missing a refresh interval later.
+        await asyncio.sleep(DEATH_CONFIRM_SECONDS)
+        if await bus.worker_alive(self.worker_id):
+            logger.info("worker %s missed one liveness window; still alive", self.worker_id)
             return
         seen = await bus.read_events(self.response_id, 0, 0)
         owner = seen[0].worker_id if seen and isinstance(seen[0], Created) else None

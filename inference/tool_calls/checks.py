@@ -2,7 +2,9 @@
 
 Called from ``ChatCompletionRequest``'s model validator; each rule raises
 ``InvalidRequest`` naming the exact param (``messages[2].tool_call_id``,
-``tools[0].function.parameters``, ``tool_choice``), as OpenAI does.
+``tools[0].function.parameters``, ``tool_choice``), as OpenAI does. The
+validator runs on the event loop, so it does only linear walks; compiling
+the parameters schemas is ``tools_compile``'s, in a worker thread.
 """
 
 from __future__ import annotations
@@ -10,9 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import jsonschema_rs
-
 from inference.errors import InvalidRequest
+from inference.tool_calls.schema_guard import schema_compile, schema_shape_check
 
 
 def _missing(param: str) -> InvalidRequest:
@@ -91,7 +92,8 @@ def tools_check(request: Any) -> None:
 
 
 def parameters_check(schema: dict[str, Any], param: str, name: str) -> None:
-    """A function's parameters: a valid JSON Schema describing an object."""
+    """A function's parameters: a JSON Schema describing an object, that asks
+    for no retrieval and is within the size limits (cheap: no compile)."""
     _encodable(schema, param)
     if schema.get("type", "object") != "object":
         raise InvalidRequest(
@@ -100,15 +102,20 @@ def parameters_check(schema: dict[str, Any], param: str, name: str) -> None:
             param=param,
             code="invalid_function_parameters",
         )
-    try:
-        jsonschema_rs.meta.validate(schema)
-        # Compiling also resolves $refs and regex patterns the meta-schema
-        # cannot judge.
-        jsonschema_rs.validator_for(schema)
-    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise InvalidRequest(
-            f"Invalid schema for function '{name}': {detail}",
-            param=param,
-            code="invalid_function_parameters",
-        ) from None
+    schema_shape_check(schema, param=param, what=f"function '{name}'")
+
+
+def tools_compile(tools: list | None) -> None:
+    """Compile each tool's parameters schema (``tools_check`` passed first).
+
+    CPU work, milliseconds per schema: the API runs it in a worker thread
+    (``inference.api.chat.chat_request``), never on the event loop.
+    """
+    for i, tool in enumerate(tools or ()):
+        function = tool.function
+        if function.parameters is not None:
+            schema_compile(
+                function.parameters,
+                param=f"tools[{i}].function.parameters",
+                what=f"function '{function.name}'",
+            )

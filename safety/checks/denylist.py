@@ -2,17 +2,23 @@
 
 Case-insensitive; the words of a phrase may be separated by any run of
 whitespace. One alternation regex per list, longest terms first, compiled
-once per distinct list (lists change rarely, requests reuse them).
+once per distinct list (lists change rarely, requests reuse them), run in
+linear time by RE2 (``safety.checks.linear``): terms are tenant text and
+prompts user text, so no backtracking engine sees either.
 """
 
 from __future__ import annotations
 
 import functools
-import re
+
+import re2
 
 from safety.checks import DENY_LIST, Finding
+from safety.checks.linear import WORD, LinearPattern
 
 MAX_TERM_CHARS = 100
+# Python's whitespace (str.isspace): RE2's \s is ASCII only.
+SPACE = r"[\s\v\p{Z}\x{1C}-\x{1F}\x{85}]"
 
 
 def normalize_terms(raw: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -27,15 +33,15 @@ def normalize_terms(raw: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=256)
-def compile_terms(terms: tuple[str, ...]) -> re.Pattern[str] | None:
+def compile_terms(terms: tuple[str, ...]) -> LinearPattern | None:
     if not terms:
         return None
     parts = [
-        r"\s+".join(re.escape(word) for word in term.split())
+        f"{SPACE}+".join(re2.escape(word) for word in term.split())
         for term in sorted(terms, key=len, reverse=True)
     ]
     # Whole words: no word character right before or after the term.
-    return re.compile(r"(?<!\w)(?:" + "|".join(parts) + r")(?!\w)", re.IGNORECASE)
+    return LinearPattern("|".join(parts), before=WORD, after=WORD, ignore_case=True)
 
 
 class DenyList:
@@ -55,8 +61,8 @@ class DenyList:
         if self.pattern is None:
             return []
         return [
-            Finding(DENY_LIST, m.group().lower(), 1.0, m.start(), m.end())
-            for m in self.pattern.finditer(text)
+            Finding(DENY_LIST, text[start:end].lower(), 1.0, start, end)
+            for start, end in self.pattern.spans(text)
         ]
 
     def first(self, text: str, start: int = 0, end: int | None = None) -> Finding | None:
@@ -67,8 +73,10 @@ class DenyList:
         """
         if self.pattern is None:
             return None
-        m = self.pattern.search(text, start, len(text) if end is None else end)
-        return None if m is None else Finding(DENY_LIST, m.group().lower(), 1.0, *m.span())
+        span = self.pattern.search(text, start, end)
+        if span is None:
+            return None
+        return Finding(DENY_LIST, text[span[0] : span[1]].lower(), 1.0, *span)
 
     def run(self, texts: list[str]) -> list[list[Finding]]:
         return [self.find(t) for t in texts]

@@ -7,15 +7,21 @@ regular expressions need. Entity names follow presidio's, so a later switch
 keeps the same labels. Each recognizer is a pattern plus a validator that
 throws out what the pattern over-matches (Luhn for cards, mod 97 for IBANs,
 the ranges never issued for US SSNs).
+
+The patterns run in linear time (RE2, ``safety.checks.linear``): prompts
+are user text, and Python's backtracking engine took 14 s on 100,000 ``%``
+against the e-mail pattern. "Not right after a word character" and the like
+are the patterns' ``before`` / ``after`` classes.
 """
 
 from __future__ import annotations
 
-import re
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from safety.checks import PII, Finding
+from safety.checks.linear import DIGIT, WORD, LinearPattern
 
 
 def luhn_valid(digits: str) -> bool:
@@ -48,8 +54,16 @@ def _phone(match: str) -> bool:
 
 
 def _ssn(match: str) -> bool:
-    area, group, serial = re.split(r"[- ]", match)
+    area, group, serial = match.replace(" ", "-").split("-")
     return area not in ("000", "666") and area[0] != "9" and group != "00" and serial != "0000"
+
+
+# UK National Insurance prefixes never issued.
+_NINO_NOT_ISSUED = frozenset({"BG", "GB", "KN", "NK", "NT", "TN", "ZZ"})
+
+
+def _nino(match: str) -> bool:
+    return match[:2] not in _NINO_NOT_ISSUED
 
 
 def _iban(match: str) -> bool:
@@ -62,33 +76,54 @@ def _iban(match: str) -> bool:
 @dataclass(slots=True, frozen=True)
 class Recognizer:
     entity: str
-    pattern: re.Pattern[str]
+    pattern: LinearPattern
     valid: Callable[[str], bool] = lambda _: True
 
 
+D = DIGIT
 RECOGNIZERS: tuple[Recognizer, ...] = (
     Recognizer(
         "EMAIL_ADDRESS",
-        re.compile(
-            r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"
+        LinearPattern(
+            r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}",
+            before=WORD + ".+-",
+            after=WORD,
         ),
     ),
-    Recognizer("CREDIT_CARD", re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])"), _card),
-    Recognizer("IBAN_CODE", re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b"), _iban),
-    Recognizer("US_SSN", re.compile(r"(?<![\d-])\d{3}([- ])\d{2}\1\d{4}(?![\d-])"), _ssn),
+    Recognizer(
+        "CREDIT_CARD",
+        LinearPattern(rf"{D}(?:[ -]?{D}){{12,18}}", before=D + "-", after=D + "-"),
+        _card,
+    ),
+    Recognizer(
+        "IBAN_CODE",
+        LinearPattern(rf"[A-Z]{{2}}{D}{{2}}(?: ?[A-Z0-9]){{11,30}}", before=WORD, after=WORD),
+        _iban,
+    ),
+    Recognizer(
+        "US_SSN",
+        LinearPattern(
+            rf"{D}{{3}}-{D}{{2}}-{D}{{4}}|{D}{{3}} {D}{{2}} {D}{{4}}", before=D + "-", after=D + "-"
+        ),
+        _ssn,
+    ),
     # UK National Insurance number: two letters (never D, F, I, Q, U, V; O
-    # not second; not BG, GB, KN, NK, NT, TN, ZZ), six digits, A to D.
+    # not second; not the prefixes _NINO_NOT_ISSUED), six digits, A to D.
     Recognizer(
         "UK_NINO",
-        re.compile(
-            r"\b(?!BG|GB|KN|NK|NT|TN|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z]"
-            r" ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b"
+        LinearPattern(
+            rf"[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?{D}{{2}} ?{D}{{2}} ?{D}{{2}} ?[A-D]",
+            before=WORD,
+            after=WORD,
         ),
+        _nino,
     ),
     Recognizer(
         "PHONE_NUMBER",
-        re.compile(
-            r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{2,4}(?:[ .-]?\d{2,4}){1,4}(?!\w)"
+        LinearPattern(
+            rf"(?:\+{D}{{1,3}}[ .-]?)?(?:\({D}{{1,4}}\)[ .-]?)?{D}{{2,4}}(?:[ .-]?{D}{{2,4}}){{1,4}}",
+            before=WORD + "+",
+            after=WORD,
         ),
         _phone,
     ),
@@ -99,17 +134,25 @@ def pii_find(text: str) -> list[Finding]:
     """Non-overlapping PII spans in ``text``, earlier recognizers first on overlap.
 
     The order of RECOGNIZERS is the priority: a valid card number is not
-    also reported as a phone number.
+    also reported as a phone number. Linear in the text and the findings:
+    each recognizer's spans come in order, so they are checked against
+    the spans taken before by one walk.
     """
-    taken: list[tuple[int, int]] = []
+    taken: list[tuple[int, int]] = []  # sorted, non-overlapping
     found: list[Finding] = []
     for recognizer in RECOGNIZERS:
-        for m in recognizer.pattern.finditer(text):
-            start, end = m.span()
-            if any(start < e and s < end for s, e in taken) or not recognizer.valid(m.group()):
+        added: list[tuple[int, int]] = []
+        k = 0
+        for start, end in recognizer.pattern.spans(text):
+            while k < len(taken) and taken[k][1] <= start:
+                k += 1
+            if k < len(taken) and taken[k][0] < end:
                 continue
-            taken.append((start, end))
+            if not recognizer.valid(text[start:end]):
+                continue
+            added.append((start, end))
             found.append(Finding(PII, recognizer.entity, 1.0, start, end))
+        taken = list(heapq.merge(taken, added))
     return sorted(found, key=lambda f: f.start)
 
 

@@ -1,5 +1,8 @@
 """Rate limits and quotas per API key and per tenant.
 
+``rate_limit_count`` runs first, before any work on a request (screening,
+tokenizing): it counts the request in the requests-per-minute windows, so
+work done before admission is paid for even when the request is refused.
 ``rate_limit_admit`` runs before any GPU work: requests and tokens per
 sliding minute (key and tenant), the tenant's concurrent-request cap and
 its tier's monthly token quota, in one atomic check. ``rate_limit_renew``
@@ -54,6 +57,7 @@ __all__ = [
     "limits_for_tenant",
     "lease_seconds",
     "rate_limit_admit",
+    "rate_limit_count",
     "rate_limit_renew",
     "rate_limit_settle",
     "reset_limiters",
@@ -135,6 +139,18 @@ async def rate_limit_admit(
         seed = await sync_to_async(quota_used)(tenant_id=ticket.tenant_id, period=ticket.period)
         snapshot = await admit(ticket=ticket, limits=limits, tokens=tokens, quota_seed=seed)
     return decision_from(snapshot, limits)
+
+
+async def rate_limit_count(*, ticket: Ticket, limits: Limits) -> Decision:
+    """Count the request in its key's and tenant's request windows, no tokens.
+
+    Refused (outcome ``requests``) when either window is full. A later
+    ``rate_limit_admit`` of the same ticket adds the tokens and checks the
+    other limits without counting the request again.
+    """
+    limiter = get_limiter()
+    count = sync_to_async(limiter.count, thread_sensitive=False)
+    return decision_from(await count(ticket=ticket, limits=limits), limits)
 
 
 async def rate_limit_renew(*, ticket: Ticket) -> bool:

@@ -122,6 +122,11 @@ class Decision:
 
 
 class Limiter(Protocol):
+    def count(self, *, ticket: Ticket, limits: Limits) -> Snapshot:
+        """Count the request alone (no tokens) in both scopes' request windows,
+        when both have room (outcome ``requests`` otherwise). ``admit`` for
+        the same ticket then adds its tokens without counting it twice."""
+
     def admit(
         self, *, ticket: Ticket, limits: Limits, tokens: int, quota_seed: int | None = None
     ) -> Snapshot:

@@ -98,6 +98,39 @@ class MemoryLimiter:
                 self._quota[quota_key] = max(0, self._quota[quota_key] - reservation[0])
         return inflight
 
+    def count(self, *, ticket: Ticket, limits: Limits) -> Snapshot:
+        now, window = int(time.time() * 1000), self.window_ms
+        with self._lock:
+            key = self._log(ticket.key_scope, now)
+            tenant = self._log(ticket.tenant_scope, now)
+            outcome, retry = ADMITTED, 0
+            if ticket.response_id in key.tokens:
+                pass
+            elif retry := max(
+                key.wait_requests(limits.key_rpm, now, window),
+                tenant.wait_requests(limits.tenant_rpm, now, window),
+            ):
+                outcome = REQUESTS
+            else:
+                for log in (key, tenant):
+                    log.entries.append((now, ticket.response_id))
+                    log.tokens[ticket.response_id] = 0
+            return self._snapshot(outcome, now, key, tenant, retry)
+
+    def _snapshot(self, outcome: str, now: int, key: _Log, tenant: _Log, retry: int) -> Snapshot:
+        window = self.window_ms
+        return Snapshot(
+            outcome,
+            now,
+            len(key.entries),
+            max(0, key.total),
+            key.reset_ms(now, window),
+            len(tenant.entries),
+            max(0, tenant.total),
+            tenant.reset_ms(now, window),
+            retry,
+        )
+
     def admit(
         self, *, ticket: Ticket, limits: Limits, tokens: int, quota_seed: int | None = None
     ) -> Snapshot:
@@ -110,13 +143,15 @@ class MemoryLimiter:
             if quota_key not in self._quota and quota_seed is not None:
                 self._quota[quota_key] = int(quota_seed)
             outcome, retry = ADMITTED, 0
+            # Counted ahead by count(): the request is in the log already.
+            counted = ticket.response_id in key.tokens, ticket.response_id in tenant.tokens
             if quota_key not in self._quota:
                 outcome = NEEDS_SEED
             elif self._quota[quota_key] + tokens > limits.monthly_quota:
                 outcome = QUOTA
             elif retry := max(
-                key.wait_requests(limits.key_rpm, now, window),
-                tenant.wait_requests(limits.tenant_rpm, now, window),
+                0 if counted[0] else key.wait_requests(limits.key_rpm, now, window),
+                0 if counted[1] else tenant.wait_requests(limits.tenant_rpm, now, window),
             ):
                 outcome = REQUESTS
             elif retry := max(
@@ -127,24 +162,15 @@ class MemoryLimiter:
             elif len(inflight) >= limits.max_concurrent:
                 outcome = CONCURRENCY
             else:
-                for log in (key, tenant):
-                    log.entries.append((now, ticket.response_id))
-                    log.tokens[ticket.response_id] = tokens
+                for log, was_counted in zip((key, tenant), counted, strict=True):
+                    if not was_counted:
+                        log.entries.append((now, ticket.response_id))
+                    log.tokens[ticket.response_id] = log.tokens.get(ticket.response_id, 0) + tokens
                     log.total += tokens
                 inflight[ticket.response_id] = now + self.lease_ms
                 self._quota[quota_key] += tokens
                 self._reservations[ticket.response_id] = (tokens, ticket.period)
-            return Snapshot(
-                outcome,
-                now,
-                len(key.entries),
-                max(0, key.total),
-                key.reset_ms(now, window),
-                len(tenant.entries),
-                max(0, tenant.total),
-                tenant.reset_ms(now, window),
-                retry,
-            )
+            return self._snapshot(outcome, now, key, tenant, retry)
 
     def settle(self, *, ticket: Ticket, tokens: int, quota_tokens: int) -> bool:
         with self._lock:

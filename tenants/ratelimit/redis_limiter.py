@@ -35,11 +35,21 @@ class RedisLimiter:
         # register_script sends EVALSHA, falling back to EVAL once per
         # process when the server has not cached the script yet.
         self._admit = self.client.register_script(scripts.ADMIT)
+        self._count = self.client.register_script(scripts.COUNT)
         self._settle = self.client.register_script(scripts.SETTLE)
         self._renew = self.client.register_script(scripts.RENEW)
 
     def _tenant(self, ticket: Ticket) -> str:
         return f"{self.prefix}:{ticket.tenant_scope}"
+
+    def count(self, *, ticket: Ticket, limits: Limits) -> Snapshot:
+        key, tenant = f"{self.prefix}:{ticket.key_scope}", self._tenant(ticket)
+        raw = self._count(
+            keys=[f"{key}:log", f"{key}:tok", f"{tenant}:log", f"{tenant}:tok"],
+            args=[self.window_ms, limits.key_rpm, 0, limits.tenant_rpm, 0, 0, 0, 0, 0,
+                  ticket.response_id],
+        )  # fmt: skip
+        return _snapshot(raw)
 
     def admit(
         self, *, ticket: Ticket, limits: Limits, tokens: int, quota_seed: int | None = None
@@ -72,8 +82,7 @@ class RedisLimiter:
                 ticket.period,
             ],
         )
-        outcome = raw[0].decode() if isinstance(raw[0], bytes) else raw[0]
-        return Snapshot(outcome, *(int(v) for v in raw[1:]))
+        return _snapshot(raw)
 
     def settle(self, *, ticket: Ticket, tokens: int, quota_tokens: int) -> bool:
         key, tenant = f"{self.prefix}:{ticket.key_scope}", self._tenant(ticket)
@@ -106,3 +115,8 @@ class RedisLimiter:
         key = f"{self.prefix}:t:{tenant_id}:inflight"
         now_s, now_us = self.client.time()
         return self.client.zcount(key, f"({now_s * 1000 + now_us // 1000}", "+inf")
+
+
+def _snapshot(raw: list) -> Snapshot:
+    outcome = raw[0].decode() if isinstance(raw[0], bytes) else raw[0]
+    return Snapshot(outcome, *(int(v) for v in raw[1:]))

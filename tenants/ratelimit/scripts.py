@@ -71,6 +71,38 @@ local function wait_tokens(log, tok, tokens, limit)
 end
 """
 
+# KEYS: 1 key log, 2 key tokens, 3 tenant log, 4 tenant tokens
+# ARGV: as ADMIT's (1 window ms, 2 key rpm, 4 tenant rpm, 10 response id;
+#       9 is 0: a request counted ahead holds no tokens)
+# Returns ADMIT's reply, outcome 'ok' or 'requests'. Counts the request in
+# both scopes' logs, with no tokens; ADMIT later finds it there and adds
+# its tokens without counting it again. So work done before admission
+# (screening, tokenizing) is paid for with a request, even when the
+# request is then refused. Idempotent per response id.
+COUNT = (
+    _PRELUDE
+    + """
+local rid = ARGV[10]
+local kr, kt, kreset = purge(KEYS[1], KEYS[2])
+local tr, tt, treset = purge(KEYS[3], KEYS[4])
+local function reply(outcome, retry)
+  return {outcome, now, kr, kt, kreset, tr, tt, treset, retry}
+end
+if redis.call('ZSCORE', KEYS[1], rid) then return reply('ok', 0) end
+local wait = math.max(wait_requests(KEYS[1], kr, tonumber(ARGV[2])),
+                      wait_requests(KEYS[3], tr, tonumber(ARGV[4])))
+if wait > 0 then return reply('requests', wait) end
+for _, scope in ipairs({{KEYS[1], KEYS[2]}, {KEYS[3], KEYS[4]}}) do
+  redis.call('ZADD', scope[1], now, rid)
+  redis.call('HSET', scope[2], rid, 0)
+  redis.call('PEXPIRE', scope[1], window)
+  redis.call('PEXPIRE', scope[2], window)
+end
+kr, kreset, tr, treset = kr + 1, window, tr + 1, window
+return reply('ok', 0)
+"""
+)
+
 # KEYS: 1 key log, 2 key tokens, 3 tenant log, 4 tenant tokens,
 #       5 concurrency set, 6 quota counter, 7 reservations
 # ARGV: 1 window ms, 2 key rpm, 3 key tpm, 4 tenant rpm, 5 tenant tpm,
@@ -114,8 +146,11 @@ if not used then
   redis.call('SET', KEYS[6], used, 'EX', tonumber(ARGV[12]))
 end
 if tonumber(used) + need > tonumber(ARGV[8]) then return reply('quota', 0) end
-local wait = math.max(wait_requests(KEYS[1], kr, tonumber(ARGV[2])),
-                      wait_requests(KEYS[3], tr, tonumber(ARGV[4])))
+-- Counted ahead by COUNT: the request is in the log already.
+local kcounted = redis.call('ZSCORE', KEYS[1], rid) ~= false
+local tcounted = redis.call('ZSCORE', KEYS[3], rid) ~= false
+local wait = math.max(kcounted and 0 or wait_requests(KEYS[1], kr, tonumber(ARGV[2])),
+                      tcounted and 0 or wait_requests(KEYS[3], tr, tonumber(ARGV[4])))
 if wait > 0 then return reply('requests', wait) end
 wait = math.max(wait_tokens(KEYS[1], KEYS[2], kt, tonumber(ARGV[3])),
                 wait_tokens(KEYS[3], KEYS[4], tt, tonumber(ARGV[5])))
@@ -124,17 +159,18 @@ if redis.call('ZCARD', KEYS[5]) >= tonumber(ARGV[6]) then
   return reply('concurrency', 0)
 end
 
-local function take(log, tok)
-  redis.call('ZADD', log, now, rid)
-  redis.call('HSET', tok, rid, ARGV[9])
+local function take(log, tok, counted)
+  if not counted then redis.call('ZADD', log, now, rid) end
+  redis.call('HINCRBY', tok, rid, ARGV[9])
   redis.call('HINCRBY', tok, '#', ARGV[9])
   -- Every entry leaves within one window of the newest.
   redis.call('PEXPIRE', log, window)
   redis.call('PEXPIRE', tok, window)
 end
-take(KEYS[1], KEYS[2])
-take(KEYS[3], KEYS[4])
-kr, kt, kreset, tr, tt, treset = kr + 1, kt + need, window, tr + 1, tt + need, window
+take(KEYS[1], KEYS[2], kcounted)
+take(KEYS[3], KEYS[4], tcounted)
+kr, kt, kreset = kr + (kcounted and 0 or 1), kt + need, window
+tr, tt, treset = tr + (tcounted and 0 or 1), tt + need, window
 local lease = tonumber(ARGV[7])
 redis.call('ZADD', KEYS[5], now + lease, rid)
 redis.call('INCRBY', KEYS[6], need)

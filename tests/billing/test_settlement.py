@@ -215,3 +215,42 @@ def test_the_beat_task_settles_the_process_stream(tenant_factory, settings):
     assert usage_settle() == {"recorded": 0, "known": 0, "dead": 0}
     assert UsageRecord.objects.filter(response_id=e.response_id).count() == 1
     reset_usage_streams()
+
+
+def test_an_entry_raising_anything_is_set_aside_and_the_batch_settles(tenant_factory, stream):
+    """An entry that raises outside the listed errors (a date in the year
+    10000 overflows datetime) is dead-lettered, inspectable, and the entries
+    around it settle; it was retried forever, blocking its batch."""
+    tenant = tenant_factory()
+    before, after = entry(tenant.pk), entry(tenant.pk)
+    year_10000 = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp() + 3600
+    odd = entry(tenant.pk, created_at=year_10000, response_id="far-future")
+    stream.append([before, odd, after])
+
+    report = usage_settle_pending(consumer="s1", stream=stream)
+
+    assert (report.recorded, report.dead, report.interrupted) == (2, 1, False)
+    assert set(UsageRecord.objects.values_list("response_id", flat=True)) == {
+        before.response_id,
+        after.response_id,
+    }
+    letter = UsageDeadLetter.objects.get()
+    assert (letter.reason, letter.response_id) == ("error", "far-future")
+    assert "year" in letter.error and "ValueError" in letter.error
+    assert UsageEntry.from_json(letter.payload) == odd
+    assert stream.size() == 0
+
+
+def test_an_id_the_database_refuses_is_set_aside_alone(tenant_factory, stream):
+    """A tenant id beyond bigint fails the batch's one lookup; the batch
+    falls back to entry by entry and only that entry is set aside."""
+    tenant = tenant_factory()
+    good = entry(tenant.pk)
+    stream.append([entry(2**70, response_id="huge-id"), good])
+
+    report = usage_settle_pending(consumer="s1", stream=stream)
+
+    assert (report.recorded, report.dead, report.interrupted) == (1, 1, False)
+    assert UsageRecord.objects.filter(response_id=good.response_id).exists()
+    assert UsageDeadLetter.objects.get().response_id == "huge-id"
+    assert stream.size() == 0

@@ -33,9 +33,9 @@ NOT_OURS = ("/admin/", "/v1/docs")
 
 
 def _record(tenant_id: int, *, created_at: datetime | None = None, completion: int = 40):
-    from billing.services import usage_record_create
+    from tests.usage_records import record_usage
 
-    return usage_record_create(
+    return record_usage(
         response_id=f"chatcmpl-{uuid.uuid4().hex}",
         tenant_id=tenant_id,
         model=settings.DEMO_MODEL_NAME,

@@ -73,9 +73,10 @@ def test_a_pending_invitation_is_not_sent_twice(client, admin, settings):
 
 
 def test_the_default_sender_is_no_billing_address():
-    from config import settings as project_settings
+    """The default the settings' source gives, not this run's override."""
+    from config.settings import base
 
-    assert "billing" not in project_settings.DEFAULT_FROM_EMAIL
+    assert "billing" not in base.DEFAULT_FROM_EMAIL
 
 
 def test_inviting_says_the_same_whoever_owns_the_address(client, admin, user_factory):

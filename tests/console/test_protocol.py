@@ -111,3 +111,22 @@ def test_refusals_are_worded_for_people():
     tokens = refusal_frame(rate_limit_error(decision, tokens=50))
     assert tokens["message"] == "Your organization has reached its limit of tokens per minute."
     assert tokens["retry_after"] == 3.0
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        {"type": "chat.send", "content": "hi\x00there", "model": "m"},
+        {"type": "chat.send", "content": "hi", "model": "m\x00"},
+        {"type": "chat.send", "content": "lone \ud800", "model": "m"},
+        {"type": "chat.resume", "response_id": "r\x00", "after_seq": 0},
+        {"type": "chat.stop", "response_id": "\udfff"},
+    ],
+)
+def test_unstorable_characters_are_refused_in_the_frame(frame):
+    """NUL and lone surrogates never reach a lookup: an error frame names the field."""
+    with pytest.raises(ProtocolError) as caught:
+        parse_command(frame)
+    assert caught.value.code == "invalid_message"
+    message = caught.value.message
+    assert "NUL" in message or "surrogate" in message or "Your message" in message

@@ -150,14 +150,51 @@ def _seconds(value: str) -> float:
     return int(match.group(1) or 0) * 60 + float(match.group(2) or 0)
 
 
-def test_grace_periods_outlast_the_drains():
-    """WORKER_DRAIN_SECONDS and WEB_DRAIN_SECONDS (settings) end before SIGKILL."""
+# The setting that bounds each service's shutdown after SIGTERM, with the
+# seconds it needs after it (ending what is left, publishing, exiting).
+DRAINS = {
+    "web": ("WEB_DRAIN_SECONDS", 5),
+    "gpuworker": ("WORKER_DRAIN_SECONDS", 5),
+    "celery": ("CELERY_TASK_TIME_LIMIT", 5),
+}
+# Services whose stop needs no drain: Docker's default 10 s is plenty.
+NO_DRAIN = {"migrate", "models", "bootstrap", "beat", "postgres", "redis", "prometheus", "grafana"}
+CADDY_GRACE = re.compile(r"^\s*grace_period\s+(\S+)\s*$", re.MULTILINE)
+
+
+def _drain(service: dict, name: str) -> float:
+    """The drain a service runs with: its compose environment's value, else the settings'."""
     from django.conf import settings
 
-    config = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]
-    assert _seconds(config["gpuworker"]["stop_grace_period"]) > settings.WORKER_DRAIN_SECONDS
-    assert _seconds(config["web"]["stop_grace_period"]) > settings.WEB_DRAIN_SECONDS
-    assert _seconds(config["celery"]["stop_grace_period"]) > 10
+    environment = service.get("environment") or {}
+    value = environment.get(name) if isinstance(environment, dict) else None
+    return float(value) if value is not None else float(getattr(settings, name))
+
+
+def test_grace_periods_outlast_the_drains():
+    """Every service that drains on SIGTERM gets a stop_grace_period longer
+    than its drain (settings, or its compose environment), so Docker's
+    SIGKILL never cuts a drain short; Caddy's own grace period for open
+    streams ends before its SIGKILL too."""
+    services = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]
+    assert set(services) == set(DRAINS) | NO_DRAIN | {"caddy"}, "a new service: classify it"
+    for name, (setting, margin) in DRAINS.items():
+        grace = _seconds(services[name]["stop_grace_period"])
+        assert grace >= _drain(services[name], setting) + margin, name
+    for caddyfile in (DOCKER / "caddy").glob("*.Caddyfile"):
+        (caddy_grace,) = CADDY_GRACE.findall(caddyfile.read_text())
+        assert _seconds(services["caddy"]["stop_grace_period"]) > _seconds(caddy_grace), caddyfile
+    for name in NO_DRAIN:
+        assert _seconds(services[name].get("stop_grace_period", "10s")) >= 10, name
+
+
+def test_celery_runs_with_the_task_time_limit_its_grace_period_assumes():
+    """The drain the celery service is given time for is the limit Celery enforces."""
+    from django.conf import settings
+
+    from config.celery_app import app
+
+    assert app.conf.task_time_limit == settings.CELERY_TASK_TIME_LIMIT > 0
 
 
 def test_platform_env_reaches_every_app_container_but_not_the_secrets(tmp_path):

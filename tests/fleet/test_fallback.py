@@ -88,3 +88,28 @@ def test_a_revoked_key_is_tombstoned_and_an_expired_one_refused(api_key_factory)
     expiring.expires_at = timezone.now() - timedelta(seconds=1)
     auth_cache_remember(api_key=expiring)
     assert auth_cache_authenticate(raw_key=raw_expiring) is None
+
+
+def test_revoking_a_key_purges_its_cached_authentication_at_once(
+    api_key_factory, django_capture_on_commit_callbacks
+):
+    """The revocation itself tombstones the shared cache entry: the key is
+    refused from the cache during a later outage although no request with it
+    reached the database since (it used to work again until the entry's TTL)."""
+    from tenants.services import api_key_revoke
+
+    services.snapshot_publish()
+    api_key, raw = api_key_factory(tier="pro")
+    other, other_raw = api_key_factory(tier="pro", tenant=api_key.tenant)
+    for key in (raw, other_raw):
+        auth_cache_remember(api_key=api_key_authenticate(raw_key=key))
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        api_key_revoke(api_key=api_key)
+    assert len(callbacks) == 1
+
+    assert auth_cache_authenticate(raw_key=raw) is None
+    assert auth_cache_authenticate(raw_key=other_raw).pk == other.pk
+    # A request that read the key as valid just before the revocation
+    # committed, remembering it afterwards, does not bring it back.
+    auth_cache_remember(api_key=api_key)
+    assert auth_cache_authenticate(raw_key=raw) is None

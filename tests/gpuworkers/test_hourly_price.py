@@ -3,6 +3,7 @@
 import pytest
 from django.core.management import CommandError
 
+from gpuworkers.engine.config import EngineConfig
 from gpuworkers.management.commands.gpuworker import Command
 from gpuworkers.worker import WorkerLoop
 
@@ -22,6 +23,7 @@ def test_the_hourly_price_defaults_to_the_setting(settings):
 def test_the_heartbeat_carries_price_boot_id_and_counters():
     class Engine:
         max_model_len = 128
+        config = EngineConfig()
 
         def stats(self):
             return {}

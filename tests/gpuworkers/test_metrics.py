@@ -14,6 +14,7 @@ from inference.relay.dispatch import dispatch_request, stream_events
 from tests.helpers import wait_until
 from tests.plugins.engine import MODEL
 from tests.wire.bus.buses import make_buses, uid
+from wire.events import Event
 from wire.requests import GenerationRequest
 from wire.sampling import Sampling
 
@@ -74,7 +75,7 @@ def _samples(text: str, model: str) -> dict[str, float]:
     return out
 
 
-async def _run(bus, request: GenerationRequest) -> list[dict]:
+async def _run(bus, request: GenerationRequest) -> list[Event]:
     worker = await dispatch_request(request, bus=bus)
     return [
         e async for e in stream_events(request.response_id, worker_id=worker.worker_id, bus=bus)
@@ -175,9 +176,9 @@ async def test_speculative_decoding_counters_follow_the_engine(serve, prompt_ids
             response_id=uid("resp"),
             model=MODEL,
             prompt_token_ids=prompt,
-            sampling={"max_tokens": 24, "temperature": 0.0, "ignore_eos": True},
+            sampling=Sampling(max_tokens=24, temperature=0.0, ignore_eos=True),
         )
-        assert (await _run(bus, request))[-1]["type"] == "completed"
+        assert (await _run(bus, request))[-1].type == "completed"
         spec = {
             k: engine.stats()[k] - spec_before[k]
             for k in ("spec_verifications", "spec_draft_tokens", "spec_accepted_tokens")

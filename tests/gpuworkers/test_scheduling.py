@@ -12,7 +12,8 @@ from gpuworkers.scheduling import (
     request_scheduling,
     tier_weights_parse,
 )
-from wire.requests import GenerationRequest
+from wire.requests import GenerationRequest, ServiceClass
+from wire.sampling import Sampling
 from wire.snapshot import RoutingThresholds, Snapshot, TierSettings
 
 
@@ -83,7 +84,26 @@ def test_tier_weights_parse_names_the_fault(text, fault):
 def test_a_request_reaches_the_engine_with_its_tier_and_tenant():
     """The tenant is the wire request's (a string for the engine's fair
     share); without one the engine's anonymous tenant of the tier."""
-    request = GenerationRequest("r1", "m", [1], {}, priority=2, tier="pro", tenant_id=42)
-    assert request_scheduling(request) == {"priority": 2, "tier": "pro", "tenant": "42"}
-    shadow = GenerationRequest("r2", "m", [1], {}, tier="free")
-    assert request_scheduling(shadow) == {"priority": 0, "tier": "free", "tenant": None}
+    request = GenerationRequest(
+        "r1",
+        "m",
+        [1],
+        Sampling(),
+        priority=2,
+        tier="pro",
+        tenant_id=42,
+        service_class=ServiceClass.BATCH,
+    )
+    assert request_scheduling(request) == {
+        "priority": 2,
+        "tier": "pro",
+        "tenant": "42",
+        "service_class": "batch",
+    }
+    shadow = GenerationRequest("r2", "m", [1], Sampling(), tier="free")
+    assert request_scheduling(shadow) == {
+        "priority": 0,
+        "tier": "free",
+        "tenant": None,
+        "service_class": "default",
+    }

@@ -217,6 +217,53 @@ async def test_a_failing_step_fails_in_flight_responses_and_the_loop_goes_on(
 
 
 @pytest.mark.asyncio
+async def test_a_failing_batch_of_one_fails_that_request_only(
+    engine, serve, prompt_ids, monkeypatch
+):
+    """One request per step (max_num_seqs=1), so the doomed request's batch
+    holds it alone when its rows make the step raise: it ends failed, the
+    requests queued behind it complete, the worker stays up, and no KV block
+    is left allocated. (Before, the whole worker's responses failed.)"""
+    monkeypatch.setattr(engine.scheduler.capacity.config, "max_num_seqs", 1)
+    bus, worker_bus = make_buses("memory")
+    loop = serve(worker_bus)
+    real_execute = engine.runner.execute
+    doomed = _request(prompt_ids("Tell me a story."), max_tokens=200, ignore_eos=True)
+    queued = [
+        _request(prompt_ids(text), max_tokens=6, temperature=0.0, ignore_eos=True)
+        for text in ("Hi", "Name a color.")
+    ]
+    armed = threading.Event()
+
+    def execute(batch):
+        seqs = engine.requests.get(doomed.response_id)
+        ids = {seq.seq_id for seq in seqs.seqs} if seqs is not None else set()
+        if armed.is_set() and any(item.seq_id in ids for item in batch.seqs):
+            raise RuntimeError("this request's rows break the step")
+        return real_execute(batch)
+
+    monkeypatch.setattr(engine.runner, "execute", execute)
+    await dispatch_request(doomed, bus=bus)
+    stream = stream_events(doomed.response_id, worker_id=loop.worker_id, bus=bus)
+    events = [await anext(stream)]
+    while events[-1].type != "delta":
+        events.append(await anext(stream))
+    for request in queued:
+        await dispatch_request(request, bus=bus)
+    armed.set()
+    events += [e async for e in stream]
+
+    assert events[-1].type == "failed" and events[-1].error.code == "engine_error"
+    assert "this request's rows break the step" in events[-1].error.message
+    for request in queued:
+        ending = (await _collect(bus, request, loop.worker_id))[-1]
+        assert ending.type == "completed", ending
+        assert ending.usage.completion_tokens == 6
+    assert not loop.stopped.is_set()
+    assert engine.stats()["kv_blocks_used"] == 0 and not engine.has_unfinished_requests()
+
+
+@pytest.mark.asyncio
 async def test_draining_finishes_running_work_refuses_new_and_deregisters(
     engine, serve, prompt_ids, monkeypatch
 ):

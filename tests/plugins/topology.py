@@ -130,7 +130,10 @@ def wait_for_worker(worker_id: str, procs: Processes, timeout: float = START_TIM
 
 def base_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(ENGINE_ENV, DJANGO_SETTINGS_MODULE="config.settings", **extra)
+    # The test settings, as in this process: users the tests create have
+    # passwords hashed with the test run's fast hasher, which local mode's
+    # hashers cannot verify (sign-in in the browser tests failed).
+    env.update(ENGINE_ENV, DJANGO_SETTINGS_MODULE="config.settings.test", **extra)
     return env
 
 

@@ -167,3 +167,28 @@ def test_refusal_retry_after_is_the_time_left_in_the_window(limiter):
 def test_reset_durations_in_openai_format(ms, text):
     """Resets read like OpenAI's: ms below a second, then h/m/s."""
     assert format_reset(ms) == text
+
+
+def test_a_request_counted_ahead_is_not_counted_again_at_admission(limiter):
+    """count() takes one request (no tokens); admit() of the same ticket adds
+    its tokens, and the window holds one request, not two."""
+    lim = limits(key_rpm=2, tenant_rpm=10)
+    t = ticket()
+    counted = limiter.count(ticket=t, limits=lim)
+    assert (counted.outcome, counted.key_requests, counted.key_tokens) == (ADMITTED, 1, 0)
+    assert limiter.count(ticket=t, limits=lim).key_requests == 1  # idempotent
+    admitted = admit(limiter, t, lim, tokens=30)
+    assert (admitted.outcome, admitted.key_requests, admitted.key_tokens) == (ADMITTED, 1, 30)
+    assert admit(limiter, ticket(), lim).outcome == ADMITTED
+    assert admit(limiter, ticket(), lim).outcome == REQUESTS
+
+
+def test_a_counted_request_refused_later_still_fills_the_window(limiter):
+    """A request counted, then refused before admission (too long, blocked),
+    keeps its place in the request window: its work was done."""
+    lim = limits(key_rpm=2, tenant_rpm=10)
+    assert limiter.count(ticket=ticket(), limits=lim).outcome == ADMITTED
+    assert limiter.count(ticket=ticket(), limits=lim).outcome == ADMITTED
+    refused = limiter.count(ticket=ticket(), limits=lim)
+    assert refused.outcome == REQUESTS and refused.retry_ms > 0
+    assert admit(limiter, ticket(), lim).outcome == REQUESTS

@@ -26,7 +26,10 @@ from wire.workers import WorkerInfo
 # would see it): that needs the CLIENT command, which the web's ACL user
 # must not have (it lists every client), and the in-process bus has no
 # connections to watch.
-LIVENESS_TTL = 1.5
+# The web declares death only after a second look a refresh interval later
+# (inference.relay.dispatch.DEATH_CONFIRM_SECONDS), so a refresher may be
+# late by about TTL + that before a worker's streams are failed.
+LIVENESS_TTL = 1.2
 LIVENESS_INTERVAL = 0.3
 # Deliveries of a request (its first read included) before it is failed
 # rather than handed to another worker: a request that killed two workers

@@ -28,7 +28,7 @@ from wire.bus.base import LIVENESS_TTL, MAX_DELIVERIES, RECLAIM_INTERVAL, RECLAI
 from wire.codec import decode_event, decode_request, encode_event, encode_request
 from wire.events import Event, EventType, Terminal, retries_spent_error
 from wire.requests import GenerationRequest
-from wire.workers import WorkerInfo
+from wire.workers import WorkerInfo, decode_registry
 
 # An open stream lives this long after its last event (a dead worker's
 # stream must not stay forever); a finished one lives response_ttl.
@@ -132,7 +132,7 @@ class MemoryBus:
     async def list_workers(self) -> list[WorkerInfo]:
         with self._lock:
             self._drop_dead_workers()
-            return [WorkerInfo.from_dict(json.loads(v)) for v in self._workers.values()]
+            return decode_registry(self._workers)
 
     async def worker_alive(self, worker_id: str) -> bool:
         with self._lock:

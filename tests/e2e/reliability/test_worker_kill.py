@@ -2,7 +2,7 @@
 
 Two gpuworker processes on a private Redis. The one serving a streaming
 response is killed with SIGKILL: the client's stream ends with an explicit
-error frame (``worker_lost``) and ``[DONE]`` within 10 seconds, nothing it
+error frame (``worker_lost``) and ``[DONE]`` within seconds, nothing it
 already read is replayed and nothing new is made up, the usage record says
 ``failed``, the dead worker leaves the routing table, and a retry is a new
 response (new id) served by the survivor. Then the survivor dies under a
@@ -29,6 +29,12 @@ from tests.e2e.reliability.sse import (
 
 # The first test of the package also waits for the topology to start.
 pytestmark = [pytest.mark.slow, pytest.mark.django_db, pytest.mark.timeout(900)]
+
+# Death detection takes under 2 s: the liveness key's TTL, a relay poll and
+# the second look (inference.relay.dispatch.DEATH_CONFIRM_SECONDS); python
+# -m bench.chaos measures and prints it. Asserted here with 2 s of room for
+# this topology sharing its cores with the test run.
+DETECTED_WITHIN_S = 2.0 + 2.0
 
 
 def test_sigkill_mid_stream_fails_the_stream_explicitly_and_a_retry_is_new(live):
@@ -57,7 +63,7 @@ def test_sigkill_mid_stream_fails_the_stream_explicitly_and_a_retry_is_new(live)
             rest = list(reader)
             ended_after = time.monotonic() - killed_at
 
-    assert ended_after < 10, ended_after
+    assert ended_after < DETECTED_WITHIN_S, ended_after
     assert rest[-1].done and sum(f.done for f in rest) == 1
     error = rest[-2].error
     assert error is not None and error["code"] == "worker_lost"
@@ -96,7 +102,7 @@ def test_sigkill_mid_stream_fails_the_stream_explicitly_and_a_retry_is_new(live)
 
 
 def test_sigkill_mid_reply_ends_the_console_socket_with_failed(live):
-    """The last worker dies mid-reply: the socket gets one ``failed`` within 10 s."""
+    """The last worker dies mid-reply: the socket gets one ``failed`` within seconds."""
     socket = ChatSocket(live)
     response_id = socket.start_story()
     head = [socket.recv() for _ in range(3)]
@@ -108,7 +114,7 @@ def test_sigkill_mid_reply_ends_the_console_socket_with_failed(live):
     live.workers[victim].send_signal(signal.SIGKILL)
     killed_at = time.monotonic()
     rest = socket.read_until_terminal(timeout=15)
-    assert time.monotonic() - killed_at < 10
+    assert time.monotonic() - killed_at < DETECTED_WITHIN_S
     terminal = rest[-1]
     assert terminal["type"] == "failed" and terminal["error"]["code"] == "worker_lost"
     assert [f["type"] for f in rest[:-1]] == ["delta"] * (len(rest) - 1)

@@ -102,3 +102,41 @@ def test_a_step_that_fails_for_every_request_raises(make_engine, chat_prompts):
     with pytest.raises(RuntimeError, match="device lost"):
         engine.step()
     assert engine.take_failures() == []
+
+
+def test_a_failing_batch_of_one_fails_that_request_only(make_engine, chat_prompts):
+    """One request per step (max_num_seqs=1): when its batch raises there is
+    nothing to bisect, yet it is that request's failure, not the engine's.
+    It fails alone with its blocks freed; the request queued behind it is
+    served in full. A step whose batch succeeds clears last_step_failed."""
+    engine = make_engine(max_num_seqs=1)
+    reference = _run(engine, {"b": chat_prompts[1]})
+    prompts = {"doomed": chat_prompts[0], "b": chat_prompts[1]}
+    real_execute = engine.runner.execute
+    seen_failed_step = []
+
+    def arm() -> None:
+        doomed = {seq.seq_id for seq in engine.requests["doomed"].seqs}
+
+        def execute(batch):
+            if any(item.seq_id in doomed for item in batch.seqs):
+                raise RuntimeError("this request's rows break the step")
+            return real_execute(batch)
+
+        engine.runner.execute = execute
+        real_step = engine.step
+
+        def step():
+            outputs = real_step()
+            seen_failed_step.append(engine.last_step_failed)
+            return outputs
+
+        engine.step = step
+
+    got = _run(engine, prompts, arm=arm)
+    engine.runner.execute = real_execute
+    del engine.step
+    assert got == {"doomed": None, "b": reference["b"]}
+    assert seen_failed_step[0] is True and not any(seen_failed_step[1:])
+    assert engine.stats()["kv_blocks_used"] == 0
+    assert engine.stats()["running"] == 0 and not engine.requests

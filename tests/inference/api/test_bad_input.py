@@ -81,10 +81,11 @@ def test_unparsable_or_pathological_bodies_are_400(client, pro_key, worker, body
         ({"max_tokens": 1.5}, "max_tokens"),
         ({"stop": ["a"] * 5}, "stop"),
         ({"stop": "x" * 100_000}, "stop"),
-        ({"stop": ["ok", "\udfff"]}, "stop"),
+        # Unstorable strings are found before field validation, at their exact path.
+        ({"stop": ["ok", "\udfff"]}, "stop[1]"),
         (
             {"messages": [{"role": "user", "content": [{"type": "text", "text": "\udc80"}]}]},
-            "messages[0].content",
+            "messages[0].content[0].text",
         ),
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
         ({"logprobs": True, "top_logprobs": -1}, "top_logprobs"),

@@ -7,12 +7,16 @@ engine is covered in tests/gpuworkers/.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
 
 import pytest
 
 from inference.relay.dispatch import (
+    DEATH_CONFIRM_SECONDS,
+    POLL_MS,
     ModelWarmingUp,
     NoWorkerAvailable,
     cancel_request,
@@ -21,6 +25,7 @@ from inference.relay.dispatch import (
 )
 from tests.wire.bus.buses import BUS_KINDS, UNREACHABLE_REDIS_URL, make_buses, uid
 from wire.bus import BusUnavailable
+from wire.bus.base import LIVENESS_INTERVAL
 from wire.bus.redis_bus import RedisBus
 from wire.events import ChoiceDelta, Created, Delta, EventType, Terminal
 from wire.requests import GenerationRequest
@@ -44,6 +49,24 @@ def _request(model: str, n_prompt: int = 3) -> GenerationRequest:
 
 def _worker(model: str, state: S = S.READY, **load) -> WorkerInfo:
     return WorkerInfo(worker_id=uid("w"), model=model, state=state, **load)
+
+
+@contextlib.contextmanager
+def _refreshing(worker_bus, worker_id: str):
+    """A live worker's liveness refresher (gpuworkers.heartbeat's), in a thread."""
+    stop = threading.Event()
+
+    def refresh() -> None:
+        while not stop.wait(LIVENESS_INTERVAL):
+            worker_bus.liveness(worker_id)
+
+    thread = threading.Thread(target=refresh, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
 
 
 @pytest.mark.parametrize("kind", BUS_KINDS)
@@ -151,9 +174,50 @@ async def test_a_stream_without_progress_times_out_and_aborts(kind):
     bus, worker_bus = make_buses(kind)
     info, rid = _worker("m"), uid("resp")
     worker_bus.register(info)
-    got = [e async for e in stream_events(rid, worker_id=info.worker_id, bus=bus, idle_timeout=1)]
+    with _refreshing(worker_bus, info.worker_id):
+        got = [
+            e async for e in stream_events(rid, worker_id=info.worker_id, bus=bus, idle_timeout=1)
+        ]
     assert [(e.type, e.error.code) for e in got] == [("failed", "stream_timeout")]
     assert worker_bus.poll(info.worker_id, 0)[1] == [rid]
+    await bus.close()
+
+
+@pytest.mark.parametrize("kind", BUS_KINDS)
+async def test_one_missed_liveness_window_does_not_fail_the_stream(kind):
+    """The first liveness check finds the worker missing (as after a Redis
+    stall that ran its refresh late, or a starved refresher); the second
+    look a refresh interval later finds it back, and the stream goes on to
+    its own ending instead of failing worker_lost."""
+    bus, worker_bus = make_buses(kind)
+    info, rid = _worker("m"), uid("resp")
+    worker_bus.register(info)
+    looks: list[bool] = []
+    real_alive = bus.worker_alive
+
+    async def worker_alive(worker_id: str) -> bool:
+        alive = await real_alive(worker_id) and bool(looks)
+        looks.append(alive)
+        return alive
+
+    bus.worker_alive = worker_alive
+    choice = ChoiceDelta(0, "a", (5,))
+    worker_bus.publish(
+        rid, Created(response_id=rid, model="m", worker_id=info.worker_id, prompt_tokens=4)
+    )
+    worker_bus.publish(rid, Delta(2, (choice,)))
+
+    async def finish_later() -> None:
+        # Quiet for two polls: the relay checks, and misses the worker once.
+        await asyncio.sleep(2 * POLL_MS / 1000 + DEATH_CONFIRM_SECONDS)
+        worker_bus.publish(rid, Terminal(EventType.COMPLETED, 3))
+
+    with _refreshing(worker_bus, info.worker_id):
+        finisher = asyncio.create_task(finish_later())
+        got = [e async for e in stream_events(rid, worker_id=info.worker_id, bus=bus)]
+        await finisher
+    assert looks[:2] == [False, True]
+    assert [e.type for e in got] == ["created", "delta", "completed"]
     await bus.close()
 
 

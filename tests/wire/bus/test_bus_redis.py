@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -77,6 +78,23 @@ async def test_dead_workers_are_removed_from_the_registry_hash(client):
     assert time.monotonic() - registered >= 0.95  # the TTL, less the server clock's rounding
     assert wid not in {w.worker_id for w in await bus.list_workers()}
     assert not client.hexists(WORKERS_KEY, wid)
+    await bus.close()
+
+
+@needs_redis
+@pytest.mark.asyncio
+async def test_a_registry_record_with_an_unknown_field_still_routes(client):
+    """A newer worker's heartbeat with a field this web process does not
+    know neither hides that worker nor breaks listing the others."""
+    bus = RedisBus(redis_test_url())
+    worker_bus = RedisWorkerBus(redis_test_url())
+    newer, plain = uid("newer"), uid("plain")
+    worker_bus.register(WorkerInfo(worker_id=plain, model="m", state=WorkerState.READY))
+    worker_bus.register(WorkerInfo(worker_id=newer, model="m", state=WorkerState.READY))
+    record = json.loads(client.hget(WORKERS_KEY, newer)) | {"numa_node": 1}
+    client.hset(WORKERS_KEY, newer, json.dumps(record))
+    listed = {w.worker_id for w in await bus.list_workers()}
+    assert {newer, plain} <= listed
     await bus.close()
 
 

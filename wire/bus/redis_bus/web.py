@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import uuid
 
 import redis
@@ -34,7 +33,7 @@ from wire.bus.redis_bus.fanout import StreamFanout
 from wire.codec import encode_event_without_seq, encode_request
 from wire.events import Event, Terminal
 from wire.requests import GenerationRequest
-from wire.workers import WorkerInfo
+from wire.workers import WorkerInfo, decode_registry
 
 
 class RedisBus:
@@ -109,11 +108,7 @@ class RedisBus:
             dead = [w for w, ok in zip(ids, live, strict=True) if not ok]
             if dead:
                 await self._redis.hdel(WORKERS_KEY, *dead)
-        return [
-            WorkerInfo.from_dict(json.loads(registry[w]))
-            for w, ok in zip(ids, live, strict=True)
-            if ok
-        ]
+        return decode_registry({w: registry[w] for w, ok in zip(ids, live, strict=True) if ok})
 
     async def worker_alive(self, worker_id: str) -> bool:
         with unavailable_as_bus_error():
