@@ -33,9 +33,6 @@ def batches_worker(topology, tmp_path_factory):
 @pytest.fixture(scope="module")
 def key_name(console_site, django_db_blocker):
     """A key of the admin's tenant to run the batch with."""
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.hashers import PBKDF2PasswordHasher
-
     from tenants.models import Tenant
     from tenants.services import api_key_create
 
@@ -43,10 +40,6 @@ def key_name(console_site, django_db_blocker):
         key, _ = api_key_create(
             tenant=Tenant.objects.get(pk=console_site.tenant_id), name="batches"
         )
-        # The test settings hash with MD5 (fast), which the topology's
-        # Daphne, on production settings, does not accept at sign-in.
-        hashed = PBKDF2PasswordHasher().encode(console_site.password, "browserbatches")
-        get_user_model().objects.filter(username=console_site.username).update(password=hashed)
     return str(key)
 
 
