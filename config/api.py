@@ -2,6 +2,7 @@
 
 from ninja import NinjaAPI
 
+from batches.api import register as register_batches
 from inference.api.endpoints import register as register_inference
 
 api = NinjaAPI(
@@ -11,3 +12,5 @@ api = NinjaAPI(
     urls_namespace="v1",
 )
 register_inference(api)
+# After inference: its error handlers cover the batches routes too.
+register_batches(api)

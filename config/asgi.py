@@ -51,6 +51,12 @@ if settings.USAGE_SETTLER_IN_PROCESS:
 
     settler.start()
 
+if settings.BATCHES_IN_PROCESS:
+    # Nor does it sweep batches (expiry, resuming after a restart).
+    from batches.tasks import sweeper_start  # noqa: E402
+
+    sweeper_start()
+
 # Prometheus' own port, when WEB_METRICS_PORT is set (docker/compose.yaml).
 from config.startup import metrics_port_start  # noqa: E402
 

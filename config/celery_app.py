@@ -1,8 +1,8 @@
-"""The Celery application: billing (invoices, roll-ups, budgets, reports) and fleet tasks.
+"""The Celery application: billing (invoices, roll-ups, budgets, reports), fleet and batch tasks.
 
 Configuration comes from Django settings (``CELERY_*``): broker and result
 backend on Redis, late acks, the queue routes and the beat schedule. Run a
-worker with ``celery -A config.celery_app worker -Q billing,fleet`` and the
+worker with ``celery -A config.celery_app worker -Q billing,fleet,batches`` and the
 scheduler with ``celery -A config.celery_app beat``.
 
 Task metrics come from ``config.celery_metrics`` (``CELERY_METRICS_PORT``);

@@ -33,7 +33,7 @@ OUTPUT = ROOT / "docs" / "configuration.md"
 SETTINGS_SOURCES = ("config/settings.py", "config/settings/*.py")
 # Other code that reads the environment of the process it runs in.
 PACKAGES = ("config", "console", "inference", "safety", "fleet", "billing", "tenants", "wire")
-PACKAGES += ("gpuworkers",)
+PACKAGES += ("gpuworkers", "batches")
 NAME = re.compile(r"^[A-Z][A-Z0-9_]{2,}$")
 # Calls that look like environment reads but write (or are another mapping's).
 NOT_READS = {"setdefault", "pop", "setenv", "delenv"}

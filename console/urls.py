@@ -1,6 +1,6 @@
 from django.urls import path
 
-from console import safety_views, team_views, views
+from console import batch_views, safety_views, team_views, views
 
 app_name = "console"
 
@@ -28,6 +28,10 @@ urlpatterns = [
     path("invitations/<str:token>/", team_views.invitation_accept_view, name="invitation_accept"),
     path("audit/", team_views.audit, name="audit"),
     path("safety/", safety_views.safety, name="safety"),
+    path("batches/", batch_views.batches, name="batches"),
+    path("batches/progress.json", batch_views.batches_progress, name="batches_progress"),
+    path("batches/<str:batch_id>/cancel/", batch_views.batch_cancel_view, name="batch_cancel"),
+    path("batches/<str:batch_id>/<str:kind>/", batch_views.batch_file, name="batch_file"),
     path("team/shadow/", team_views.shadow_consent, name="shadow_consent"),
     path("fleet/", views.fleet, name="fleet"),
     path("fleet/capacity/", views.capacity_view, name="capacity"),

@@ -23,6 +23,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.cache import cache
 from redis.exceptions import RedisError
 
+from billing.services import price_multiplier_for
 from fleet.models import ServedModel
 from fleet.selectors import catalog_model_get
 from inference import metrics
@@ -110,6 +111,7 @@ async def generation_start(
         prompt_tokens=len(prepared.prompt_token_ids),
         completion_tokens=sampling.n * sampling.max_tokens,
         service_tier=request.service_class.value,
+        price_multiplier=price_multiplier_for(source=request.source),
     )
     decision = admission.decision
     try:

@@ -42,6 +42,19 @@ class Tier(models.Model):
     queue_sla_seconds = models.PositiveIntegerField()
     # The OpenAI REST API serves paid tiers; the free tier is console-only.
     api_access = models.BooleanField(default=False)
+    # Largest file a tenant may upload for the Batch API (/v1/files). Every
+    # tier starts at 100 MiB (DEFAULT_TIERS is frozen in migration 0002).
+    max_batch_file_bytes = models.PositiveBigIntegerField(
+        default=100 * 1024 * 1024,
+        help_text="Largest batch input file, in bytes (staff may set it per tier).",
+    )
+    # The Batch API's own limit, as OpenAI's: tokens (prompts plus all they
+    # may generate) of a tenant's batches in progress at once; a batch that
+    # would pass it fails validation with token_limit_exceeded.
+    batch_queue_tokens = models.PositiveBigIntegerField(
+        default=50_000_000,
+        help_text="Most enqueued tokens of a tenant's batches in progress at once.",
+    )
 
     class AutoServiceTier(models.TextChoices):
         DEFAULT = "default", "Default"

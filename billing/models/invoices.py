@@ -65,14 +65,18 @@ class InvoiceLine(models.Model):
     prompt_per_million = models.DecimalField(**UNIT_PRICE)
     cached_prompt_per_million = models.DecimalField(**UNIT_PRICE)
     completion_per_million = models.DecimalField(**UNIT_PRICE)
+    # The fraction of the unit prices this line pays: 1, or the batch
+    # discount its Batch API usage was recorded at (a line of its own).
+    price_multiplier = models.DecimalField(max_digits=4, decimal_places=3, default=Decimal(1))
     amount = models.DecimalField(max_digits=14, decimal_places=2)
     adjustment = models.BooleanField(default=False)
 
     class Meta:
-        ordering = ["adjustment", "model", "first_day"]
+        ordering = ["adjustment", "model", "first_day", "-price_multiplier"]
         constraints = [
             models.UniqueConstraint(
-                fields=["invoice", "model", "price", "adjustment"], name="invoice_line_unique"
+                fields=["invoice", "model", "price", "adjustment", "price_multiplier"],
+                name="invoice_line_unique",
             )
         ]
 

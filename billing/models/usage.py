@@ -1,5 +1,7 @@
 """Usage records: one row per response, written exactly once."""
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -17,6 +19,8 @@ class UsageRecord(models.Model):
     class Source(models.TextChoices):
         API = "api", "API"
         CONSOLE = "console", "Console"
+        # A Batch API line (batches/): billed at BATCH_PRICE_MULTIPLIER.
+        BATCH = "batch", "Batch"
 
     class Status(models.TextChoices):
         COMPLETED = "completed", "Completed"
@@ -84,6 +88,10 @@ class UsageRecord(models.Model):
     service_tier = models.CharField(
         max_length=8, choices=ServiceTier.choices, default=ServiceTier.DEFAULT
     )
+    # The fraction of ``price`` this response pays (batch lines: the batch
+    # discount in force when it was recorded), so a later change of the
+    # discount never reprices it.
+    price_multiplier = models.DecimalField(max_digits=4, decimal_places=3, default=Decimal(1))
     created_at = models.DateTimeField(default=timezone.now)
     # The invoice that billed this record; null until one does. Usually the
     # invoice of its month, but a record settled after that invoice was

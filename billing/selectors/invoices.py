@@ -36,6 +36,8 @@ class LineDraft:
     cost: Decimal = Decimal(0)
     # Usage of an earlier month, settled after that month's invoice.
     adjustment: bool = False
+    # Batch API usage at its discount is a line of its own (1: interactive).
+    price_multiplier: Decimal = Decimal(1)
 
 
 def invoice_lines_compute(*, tenant: Tenant, period: date) -> list[LineDraft]:
@@ -75,21 +77,31 @@ def _drafts(groups: list[UsageGroup], period: date) -> list[LineDraft]:
             )
         late = g.day < period
         line = lines.setdefault(
-            (g.model, price.pk, late),
-            LineDraft(g.model, price, first_day=g.day, last_day=g.day, adjustment=late),
+            (g.model, price.pk, late, g.price_multiplier),
+            LineDraft(
+                g.model,
+                price,
+                first_day=g.day,
+                last_day=g.day,
+                adjustment=late,
+                price_multiplier=g.price_multiplier,
+            ),
         )
         line.first_day, line.last_day = min(line.first_day, g.day), max(line.last_day, g.day)
         line.requests += g.requests
         line.prompt_tokens += g.prompt_tokens
         line.cached_tokens += g.cached_tokens
         line.completion_tokens += g.completion_tokens
-        line.cost += price.cost(
+        line.cost += g.price_multiplier * price.cost(
             prompt_tokens=g.prompt_tokens,
             cached_tokens=g.cached_tokens,
             completion_tokens=g.completion_tokens,
             service_tier=g.service_tier,
         )
-    return sorted(lines.values(), key=lambda line: (line.adjustment, line.model, line.first_day))
+    return sorted(
+        lines.values(),
+        key=lambda line: (line.adjustment, line.model, line.first_day, -line.price_multiplier),
+    )
 
 
 def invoice_list(*, tenant: Tenant) -> QuerySet[Invoice]:
@@ -108,10 +120,14 @@ def invoice_differences(*, invoice: Invoice) -> list[str]:
     invoice show up here; records settled after issue do not (the next
     invoice bills them).
     """
-    drafts = {(d.model, d.price.pk, d.adjustment): d for d in invoice_lines_billed(invoice=invoice)}
+    drafts = {
+        (d.model, d.price.pk, d.adjustment, d.price_multiplier): d
+        for d in invoice_lines_billed(invoice=invoice)
+    }
     differences = []
     for line in invoice.lines.all():
-        draft = drafts.pop((line.model, line.price_id, line.adjustment), None)
+        key = (line.model, line.price_id, line.adjustment, line.price_multiplier)
+        draft = drafts.pop(key, None)
         if draft is None:
             differences.append(f"{line.model} at price {line.price_id}: no usage now")
             continue

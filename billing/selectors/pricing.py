@@ -106,7 +106,7 @@ class Pricer:
         )
         if price is None:
             return Decimal(0)
-        return price.cost(
+        return group.price_multiplier * price.cost(
             prompt_tokens=group.prompt_tokens,
             cached_tokens=group.cached_tokens,
             completion_tokens=group.completion_tokens,

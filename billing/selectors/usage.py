@@ -85,6 +85,10 @@ class UsageGroup:
     completion_tokens: int
     # The service tier served at: the price's multiplier applies.
     service_tier: str = "default"
+    # The records' fraction of the price (batch usage: the batch discount).
+    price_multiplier: Decimal = Decimal(1)
+    # UsageRecord.Source: api, console or batch.
+    source: str = "api"
 
 
 def day_bounds(start: date, end: date) -> tuple[datetime, datetime]:
@@ -131,6 +135,8 @@ def records_groups(records: QuerySet[UsageRecord]) -> list[UsageGroup]:
             "billable",
             "price_id",
             "service_tier",
+            "price_multiplier",
+            "source",
         )
         .annotate(
             requests=Count("id"),
@@ -139,7 +145,15 @@ def records_groups(records: QuerySet[UsageRecord]) -> list[UsageGroup]:
             completion=Sum("completion_tokens"),
         )
         .order_by(
-            "day", "tenant_id", "model", "api_key_id", "record_tier", "price_id", "service_tier"
+            "day",
+            "tenant_id",
+            "model",
+            "api_key_id",
+            "record_tier",
+            "price_id",
+            "service_tier",
+            "price_multiplier",
+            "source",
         )
     )
     return [
@@ -156,6 +170,8 @@ def records_groups(records: QuerySet[UsageRecord]) -> list[UsageGroup]:
             cached_tokens=int(row["cached"]),
             completion_tokens=int(row["completion"]),
             service_tier=row["service_tier"],
+            price_multiplier=row["price_multiplier"],
+            source=row["source"],
         )
         for row in rows
     ]
@@ -186,6 +202,9 @@ def usage_daily(*, tenant: Tenant, start: date, end: date, group_by: str) -> lis
             label = g.model
         else:
             label = key_names.get(g.api_key_id, "Deleted key") if g.api_key_id else "Console"
+        if g.source == UsageRecord.Source.BATCH:
+            # Batch usage, billed at its discount, is a row of its own.
+            label = f"{label} (batch)"
         row = merged.setdefault(
             (g.day, label),
             {

@@ -22,7 +22,7 @@ from billing.services.settlement import (
     usage_entry_record,
     usage_settle_pending,
 )
-from billing.services.usage import usage_record_create
+from billing.services.usage import price_multiplier_for, usage_record_create
 
 __all__ = [
     "BudgetExhausted",
@@ -43,6 +43,7 @@ __all__ = [
     "tenants_to_invoice",
     "usage_dead_letter_retry",
     "usage_entry_record",
+    "price_multiplier_for",
     "usage_record_create",
     "usage_settle_pending",
 ]

@@ -18,7 +18,7 @@ can add them atomically); worst cases round up, costs half up.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 
@@ -110,6 +110,17 @@ class Rates:
             service_tier,
         )
 
+    def scaled(self, multiplier: Decimal) -> Rates:
+        """These rates at ``multiplier`` of themselves (batch usage's discount)."""
+        if multiplier == 1:
+            return self
+        return replace(
+            self,
+            prompt=self.prompt * multiplier,
+            cached=self.cached * multiplier,
+            completion=self.completion * multiplier,
+        )
+
     def cost(self, *, prompt_tokens: int, cached_tokens: int, completion_tokens: int) -> Decimal:
         multiplier = service_tier_multiplier(
             self.service_tier, priority=self.priority, flex=self.flex
@@ -167,6 +178,7 @@ def _reserve_sync(
     completion_tokens: int,
     use_database: bool,
     service_tier: str = "default",
+    price_multiplier: Decimal = Decimal(1),
 ) -> BudgetHold:
     today = timezone.now().astimezone(UTC).date()
     if use_database:
@@ -188,9 +200,12 @@ def _reserve_sync(
             if encoded is None:
                 return _unavailable(tenant, hold_id, tier_id, "no price known without the database")
             rates = Rates.decode(encoded, service_tier=service_tier)
+        # What the response is billed at (batch lines: the discount); the
+        # ledger remembers the undiscounted price for interactive requests.
+        held = rates.scaled(price_multiplier) if rates is not None else None
         worst = Decimal(0)
-        if rates is not None:
-            worst = rates.cost(
+        if held is not None:
+            worst = held.cost(
                 prompt_tokens=prompt_tokens, cached_tokens=0, completion_tokens=completion_tokens
             )
         amount = _to_nano(worst, ROUND_CEILING)
@@ -206,7 +221,7 @@ def _reserve_sync(
         return _unavailable(tenant, hold_id, tier_id, "the budget ledger is unreachable")
     if state.outcome == ledger.EXHAUSTED:
         raise _exhausted(budget, state)
-    return BudgetHold(hold_id, tier_id, account, amount, rates)
+    return BudgetHold(hold_id, tier_id, account, amount, held)
 
 
 def _unavailable(tenant: Tenant, hold_id: str, tier_id: int | None, why: str) -> BudgetHold:
@@ -227,6 +242,7 @@ async def budget_reserve(
     completion_tokens: int,
     use_database: bool = True,
     service_tier: str = "default",
+    price_multiplier: Decimal = Decimal(1),
 ) -> BudgetHold:
     """Hold the request's worst-case cost against the tenant's monthly budget.
 
@@ -239,6 +255,8 @@ async def budget_reserve(
     row. ``use_database=False`` (PostgreSQL down): the budget comes from
     ``tenant`` (the auth cache's stand-in) and the price from the ledger's
     memory of the last admission; without those, as if Redis were down.
+    ``price_multiplier``: the fraction of the price the response is billed
+    at (Batch API lines: the batch discount).
     """
     return await sync_to_async(_reserve_sync)(
         tenant=tenant,
@@ -249,6 +267,7 @@ async def budget_reserve(
         completion_tokens=completion_tokens,
         use_database=use_database,
         service_tier=service_tier,
+        price_multiplier=price_multiplier,
     )
 
 

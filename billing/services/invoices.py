@@ -81,6 +81,7 @@ def invoice_issue(*, tenant_id: int, period: date) -> tuple[Invoice, bool]:
                     prompt_per_million=draft.price.prompt_per_million,
                     cached_prompt_per_million=draft.price.cached_prompt_per_million,
                     completion_per_million=draft.price.completion_per_million,
+                    price_multiplier=draft.price_multiplier,
                     amount=amount,
                     adjustment=draft.adjustment,
                 )

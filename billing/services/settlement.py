@@ -35,7 +35,7 @@ from billing import metrics
 from billing.models import Price, UsageDeadLetter
 from billing.selectors.pricing import BILLABLE_STATUSES
 from billing.services.budgets import BudgetHold, Rates, budget_settle_sync
-from billing.services.usage import usage_record_create
+from billing.services.usage import price_multiplier_for, usage_record_create
 from tenants import ratelimit
 from tenants.models import ApiKey, Tenant
 from tenants.ratelimit import Ticket
@@ -251,7 +251,13 @@ def _settle_entry(
         entry.response_id,
         tag.tier_id,
         tag.budget_account,
-        rates=Rates.of(price, service_tier=tag.service_tier) if price is not None else None,
+        rates=(
+            Rates.of(price, service_tier=tag.service_tier).scaled(
+                price_multiplier_for(source=tag.source)
+            )
+            if price is not None
+            else None
+        ),
     )
     period = tag.quota_period or datetime.fromtimestamp(entry.created_at, UTC).strftime("%Y%m")
     ticket = Ticket(entry.response_id, tag.api_key_id, entry.tenant_id, period)

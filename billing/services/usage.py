@@ -1,7 +1,9 @@
 """The one writer of usage records: from a response's usage entry."""
 
 from datetime import UTC, datetime
+from decimal import Decimal
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from billing.models import UsageRecord
@@ -12,6 +14,14 @@ from wire.usage import UsageEntry
 # The foreign keys are enforced by the database; validating them in Python
 # would cost three extra queries on every response.
 _NOT_VALIDATED = ["tenant", "api_key", "user", "tier", "price"]
+
+
+def price_multiplier_for(*, source: str) -> Decimal:
+    """The fraction of the price a response of ``source`` pays: the batch
+    discount (BATCH_PRICE_MULTIPLIER) for Batch API lines, else all of it."""
+    if source == UsageRecord.Source.BATCH:
+        return settings.BATCH_PRICE_MULTIPLIER
+    return Decimal(1)
 
 
 def usage_record_create(*, entry: UsageEntry) -> tuple[UsageRecord, bool]:
@@ -46,6 +56,7 @@ def usage_record_create(*, entry: UsageEntry) -> tuple[UsageRecord, bool]:
     if price_id is None:
         price = price_in_force(tier_id=tier_id, model=entry.model, day=created_at.date())
         price_id = price.pk if price is not None else None
+    multiplier = price_multiplier_for(source=tag.source)
     record = UsageRecord(
         response_id=entry.response_id,
         tenant_id=entry.tenant_id,
@@ -67,6 +78,7 @@ def usage_record_create(*, entry: UsageEntry) -> tuple[UsageRecord, bool]:
         tier_id=tier_id,
         price_id=price_id,
         service_tier=tag.service_tier,
+        price_multiplier=multiplier,
         created_at=created_at,
     )
     # Uniqueness is left to the database: a Python-side check would race.

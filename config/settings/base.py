@@ -15,6 +15,7 @@ channel layer and an in-process engine thread.
 
 import os
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -103,6 +104,8 @@ INSTALLED_APPS = [
     "fleet",
     # Moderation of prompts and replies, policies per tier and tenant (issue 20).
     "safety",
+    # OpenAI's Files and Batch API (issue 29): above inference, below console.
+    "batches",
     "console",
     # Last: wires the layers together once every app is ready.
     "config.apps.PlatformConfig",
@@ -244,6 +247,52 @@ LOGOUT_REDIRECT_URL = "/accounts/login/"
 # The chat API accepts long prompts; the per-tier context cap is the real bound.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 2 * 1024 * 1024)
 
+# Batch files (batches/): local files under BATCH_FILES_DIR, or an
+# S3-compatible bucket through django-storages when BATCH_FILES_S3_BUCKET is
+# set (docs/batches.md). Only the "batches" alias is ours; the others keep
+# Django's defaults.
+BATCH_FILES_DIR = os.environ.get("BATCH_FILES_DIR", str(BASE_DIR / ".cache" / "batch-files"))
+BATCH_FILES_S3_BUCKET = os.environ.get("BATCH_FILES_S3_BUCKET", "")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "batches": (
+        {
+            "BACKEND": "storages.backends.s3.S3Storage",
+            "OPTIONS": {
+                "bucket_name": BATCH_FILES_S3_BUCKET,
+                # Empty: AWS itself; set for MinIO, Ceph, R2 and the like.
+                "endpoint_url": os.environ.get("BATCH_FILES_S3_ENDPOINT_URL") or None,
+                "region_name": os.environ.get("BATCH_FILES_S3_REGION") or None,
+                "location": os.environ.get("BATCH_FILES_S3_PREFIX", "batch-files"),
+                # Credentials: boto3's chain (AWS_ACCESS_KEY_ID /
+                # AWS_SECRET_ACCESS_KEY, an instance role, ~/.aws).
+                "default_acl": None,
+                "file_overwrite": False,
+            },
+        }
+        if BATCH_FILES_S3_BUCKET
+        else {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": BATCH_FILES_DIR},
+        }
+    ),
+}
+# Lines of one batch, and of all of a tenant's batches, in flight at once:
+# a million-line file never floods the bus or the engine's queue.
+BATCH_MAX_IN_FLIGHT_PER_BATCH = env_int("BATCH_MAX_IN_FLIGHT_PER_BATCH", 8)
+BATCH_MAX_IN_FLIGHT_PER_TENANT = env_int("BATCH_MAX_IN_FLIGHT_PER_TENANT", 16)
+# Seconds one feed task keeps a batch's slots full before handing over to
+# the next (so cancels, expiry and other batches get their turn).
+BATCH_FEED_ROUND_SECONDS = float(os.environ.get("BATCH_FEED_ROUND_SECONDS", "30"))
+# A line whose feeder stopped renewing its claim (every 10 s) this long ago
+# is free again: its answer is read back from its response stream when it
+# reached a worker (kept RESPONSE_STREAM_TTL), else it runs again under the
+# same response id, so it is billed once either way.
+BATCH_LINE_LEASE_SECONDS = env_int("BATCH_LINE_LEASE_SECONDS", 60)
+# What batch usage costs, as a fraction of the interactive price.
+BATCH_PRICE_MULTIPLIER = Decimal(os.environ.get("BATCH_PRICE_MULTIPLIER", "0.5"))
+
 
 def redis_url_with_credentials(url: str | None, username: str, password: str) -> str | None:
     """``url`` with this process's Redis ACL user, unless it names one already."""
@@ -329,6 +378,7 @@ CELERY_TASK_ROUTES = {
     "billing.tasks.gpu_usage_sample": {"queue": "fleet"},
     "billing.tasks.*": {"queue": "billing"},
     "fleet.tasks.*": {"queue": "fleet"},
+    "batches.tasks.*": {"queue": "batches"},
 }
 # Seconds between usage-settlement runs (Celery beat, or the in-process
 # settler thread where no Celery runs: USAGE_SETTLER_IN_PROCESS, on by
@@ -336,6 +386,9 @@ CELERY_TASK_ROUTES = {
 USAGE_STREAM_KEY = os.environ.get("USAGE_STREAM_KEY", "llm:usage")
 USAGE_SETTLE_INTERVAL = float(os.environ.get("USAGE_SETTLE_INTERVAL", "5"))
 USAGE_SETTLER_IN_PROCESS = env_bool("USAGE_SETTLER_IN_PROCESS", REDIS_URL is None)
+# Batch tasks in threads of the web process instead of a Celery worker:
+# embedded mode's in-memory broker has no worker to deliver them to.
+BATCHES_IN_PROCESS = env_bool("BATCHES_IN_PROCESS", REDIS_URL is None)
 CELERY_BEAT_SCHEDULE = {
     "billing-daily-usage-rollup": {
         # Hourly: yesterday settles, today stays current.
@@ -364,6 +417,8 @@ CELERY_BEAT_SCHEDULE = {
     # it gets it back; retire versions whose rollback grace period is over.
     "fleet-snapshot-publish": {"task": "fleet.tasks.snapshot_publish", "schedule": 30.0},
     "fleet-standby-retire": {"task": "fleet.tasks.standby_retire", "schedule": 60.0},
+    # Batches past their completion window, and feeds lost with their worker.
+    "batches-sweep": {"task": "batches.tasks.batches_sweep", "schedule": 60.0},
     # Shadow comparisons hold customer completions: kept SHADOW_RETENTION_DAYS.
     "fleet-shadow-purge": {"task": "fleet.tasks.shadow_purge", "schedule": crontab(minute=15)},
     # Safety events: kept SAFETY_EVENT_RETENTION_DAYS; withdrawn opt-ins lose their text.

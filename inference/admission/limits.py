@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from decimal import Decimal
 
 from redis.exceptions import RedisError
 
@@ -73,6 +74,7 @@ async def _budget_hold(
     prompt_tokens: int,
     completion_tokens: int,
     service_tier: str,
+    price_multiplier: Decimal = Decimal(1),
 ) -> BudgetHold:
     kwargs = dict(
         tenant=tenant,
@@ -82,6 +84,7 @@ async def _budget_hold(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         service_tier=service_tier,
+        price_multiplier=price_multiplier,
     )
     if not db_marked_down():
         try:
@@ -123,18 +126,20 @@ async def limits_admit(
     prompt_tokens: int,
     completion_tokens: int,
     service_tier: str = "default",
+    price_multiplier: Decimal = Decimal(1),
 ) -> Admission:
     """Take the budget hold and the rate-limit reservation, or neither.
 
     ``completion_tokens`` is the most the request may generate (n x
-    max_tokens). Raises InsufficientQuota (budget or monthly quota),
+    max_tokens); ``price_multiplier`` the fraction of the price it is
+    billed at (Batch API lines: the batch discount), which the hold takes. Raises InsufficientQuota (budget or monthly quota),
     RateLimited (with Retry-After) and ServiceUnavailable (Redis down; or
     the budget unverifiable for a tenant that refuses then).
     """
     tier = tenant.tier
     try:
         hold = await _budget_hold(
-            tenant, ticket, model, prompt_tokens, completion_tokens, service_tier
+            tenant, ticket, model, prompt_tokens, completion_tokens, service_tier, price_multiplier
         )
     except BudgetExhausted as exc:
         metrics.request_refused(reason=metrics.BUDGET, tier=tier.name, model=model)

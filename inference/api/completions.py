@@ -13,6 +13,7 @@ by ``MultiTap`` and numbered as OpenAI numbers them: choice
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -190,14 +191,24 @@ def completion_requests(
 
 
 async def completions_create(
-    *, api_key: ApiKey, request: CompletionRequest, headers: dict[str, str]
+    *,
+    api_key: ApiKey,
+    request: CompletionRequest,
+    headers: dict[str, str],
+    prepare: Callable[[InferenceRequest], InferenceRequest] | None = None,
 ):
-    """Admit every prompt, then answer one text_completion (or its SSE stream)."""
+    """Admit every prompt, then answer one text_completion (or its SSE stream).
+
+    ``prepare`` adjusts each prompt's internal request before it starts
+    (the Batch API's lines: their service class, source and response ids).
+    """
     tenant = api_key.tenant
     texts = await offloaded(_prompt_texts)(request=request, tier=tenant.tier)
     taps = []
     try:
         for internal in completion_requests(request, tenant=tenant, texts=texts):
+            if prepare is not None:
+                internal = prepare(internal)
             taps.append(
                 await services.generation_start(request=internal, tenant=tenant, api_key=api_key)
             )

@@ -64,7 +64,10 @@ async def drain_background(timeout: float = 30.0) -> bool:
 
     Returns whether all of them ended within ``timeout``.
     """
-    pending = [t for t in _background if not t.done()]
+    # This loop's only: a task of another loop (a batch feeder's, a
+    # thread's) cannot be awaited here.
+    loop = asyncio.get_running_loop()
+    pending = [t for t in _background if not t.done() and t.get_loop() is loop]
     if pending:
         _, still = await asyncio.wait(pending, timeout=timeout)
         return not still

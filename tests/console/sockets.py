@@ -24,13 +24,20 @@ def _session_cookie(user) -> str:
 
 async def open_socket(user=None, *, expect_accept: bool = True) -> WebsocketCommunicator:
     """A socket to /ws/chat/ through the real ASGI stack, signed in as ``user``."""
+    return await open_socket_at("/ws/chat/", user, expect_accept=expect_accept)
+
+
+async def open_socket_at(
+    path: str, user=None, *, expect_accept: bool = True
+) -> WebsocketCommunicator:
+    """A socket to ``path`` through the real ASGI stack, signed in as ``user``."""
     from config.asgi import application
 
     headers = [(b"origin", b"http://testserver"), (b"host", b"testserver")]
     if user is not None:
         cookie = await sync_to_async(_session_cookie)(user)
         headers.append((b"cookie", cookie.encode()))
-    communicator = WebsocketCommunicator(application, "/ws/chat/", headers=headers)
+    communicator = WebsocketCommunicator(application, path, headers=headers)
     connected, code = await communicator.connect()
     if expect_accept:
         assert connected, f"socket refused with {code}"

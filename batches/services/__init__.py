@@ -1,0 +1,1 @@
+"""Writes of the batches app: files, batches, and running their lines."""
