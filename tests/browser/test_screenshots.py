@@ -123,8 +123,9 @@ def site(topology, django_db_blocker):
         "key": key.pk,
     }
     with django_db_blocker.unblock():
-        Invoice.objects.filter(tenant_id=tenant_id).delete()
+        # Records first: each keeps the invoice that billed it (PROTECT).
         UsageRecord.objects.filter(tenant_id=tenant_id).delete()
+        Invoice.objects.filter(tenant_id=tenant_id).delete()
         Price.objects.filter(effective_from=date(2020, 1, 1)).delete()
         users.filter(username__in=[admin.username, loner.username]).delete()
 

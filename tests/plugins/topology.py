@@ -137,6 +137,18 @@ def base_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def tenants_purge(tenant_ids: list[int]) -> None:
+    """Delete tenants a module's processes served, with the billing history
+    that PROTECTs them (usage records, then the invoices they point at):
+    left behind, they skewed every later test that counts rows."""
+    from billing.models import Invoice, UsageRecord
+    from tenants.models import Tenant
+
+    UsageRecord.objects.filter(tenant_id__in=tenant_ids).delete()
+    Invoice.objects.filter(tenant_id__in=tenant_ids).delete()
+    Tenant.objects.filter(pk__in=tenant_ids).delete()
+
+
 def test_db_url() -> str:
     db = settings.DATABASES["default"]
     user = db.get("USER") or "postgres"
@@ -188,8 +200,7 @@ def topology(django_db_setup, django_db_blocker, tmp_path_factory):
     finally:
         procs.stop()
         with django_db_blocker.unblock():
-            UsageRecord.objects.filter(tenant_id__in=[t.pk for t in tenants.values()]).delete()
-            Tenant.objects.filter(pk__in=[t.pk for t in tenants.values()]).delete()
+            tenants_purge([t.pk for t in tenants.values()])
 
 
 @dataclass
