@@ -169,9 +169,7 @@ class Topology:
 def topology(django_db_setup, django_db_blocker, tmp_path_factory):
     if "postgresql" not in settings.DATABASES["default"]["ENGINE"]:
         pytest.skip("the multi-process topology needs DATABASE_URL (PostgreSQL)")
-    from billing.models import UsageRecord
     from fleet.services import served_model_register
-    from tenants.models import Tenant
     from tenants.services import api_key_create, tenant_create, tier_seed_defaults
 
     suffix = os.urandom(4).hex()
