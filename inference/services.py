@@ -23,6 +23,7 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.cache import cache
 from redis.exceptions import RedisError
 
+from billing.models import UsageRecord
 from billing.services import price_multiplier_for
 from fleet.models import ServedModel
 from fleet.selectors import catalog_model_get
@@ -89,8 +90,14 @@ async def generation_start(
     # tokenizing and grammar compiles are not free for a key over its rate,
     # and a request refused below (too long, blocked) still spent one.
     api_key_id = api_key.pk if api_key is not None else None
+    # A Batch API line is counted in windows of its own, not limited by
+    # RPM, TPM or concurrency (tenants.ratelimit.batch_limits): batches
+    # have their own bounds, the monthly quota and the budget still apply.
     ticket = Ticket.for_response(
-        response_id=request.response_id, api_key_id=api_key_id, tenant_id=tenant.pk
+        response_id=request.response_id,
+        api_key_id=api_key_id,
+        tenant_id=tenant.pk,
+        batch=request.source == UsageRecord.Source.BATCH,
     )
     await limits_count(tenant=tenant, api_key=api_key, ticket=ticket, model=model.name)
     # Safety (issue 20): the prompt stage, before any tokens are claimed or

@@ -32,7 +32,7 @@ from django.db import DataError, IntegrityError, InterfaceError, OperationalErro
 from redis.exceptions import RedisError
 
 from billing import metrics
-from billing.models import Price, UsageDeadLetter
+from billing.models import Price, UsageDeadLetter, UsageRecord
 from billing.selectors.pricing import BILLABLE_STATUSES
 from billing.services.budgets import BudgetHold, Rates, budget_settle_sync
 from billing.services.usage import price_multiplier_for, usage_record_create
@@ -260,7 +260,13 @@ def _settle_entry(
         ),
     )
     period = tag.quota_period or datetime.fromtimestamp(entry.created_at, UTC).strftime("%Y%m")
-    ticket = Ticket(entry.response_id, tag.api_key_id, entry.tenant_id, period)
+    ticket = Ticket(
+        entry.response_id,
+        tag.api_key_id,
+        entry.tenant_id,
+        period,
+        batch=tag.source == UsageRecord.Source.BATCH,
+    )
     try:
         # After the record: until the hold turns into spend the response
         # counts as held, so it never counts nowhere.

@@ -8,6 +8,11 @@ grammar compiles, safety-event writes) is limited and paid for with a
 request even when the request is refused afterwards. Moderations and stream resumes, which never
 reach admission, are counted the same way.
 
+A Batch API line's ticket (``Ticket.batch``) takes the same steps in the
+batch lane: windows and slots of its own with no RPM, TPM or concurrency
+limit (``tenants.ratelimit.batch_limits``), the same budget hold, monthly
+quota and usage record.
+
 Admission takes two claims, in this order: the budget hold (billing's
 ledger: the request's worst-case cost) and the rate-limit reservation
 (tenants.ratelimit: a concurrency slot, tokens in the sliding windows and

@@ -5,7 +5,12 @@ tokenizing): it counts the request in the requests-per-minute windows, so
 work done before admission is paid for even when the request is refused.
 ``rate_limit_admit`` runs before any GPU work: requests and tokens per
 sliding minute (key and tenant), the tenant's concurrent-request cap and
-its tier's monthly token quota, in one atomic check. ``rate_limit_renew``
+its tier's monthly token quota, in one atomic check. A Batch API line's
+ticket (``Ticket.batch``) has windows and slots of its own and no RPM, TPM
+or concurrency limit (``batch_limits``): batches are bounded by their
+in-flight caps and the tier's batch queue tokens, as OpenAI's count against
+a batch queue limit and not the interactive rate limits. They still take
+the monthly quota, which is the tenant's, whichever lane spends it. ``rate_limit_renew``
 extends the response's slot lease while it lives (the relay calls it every
 third of a lease). ``rate_limit_settle`` runs once per response at its end,
 whatever the ending, and corrects the reservation to the real usage. With
@@ -33,6 +38,7 @@ from tenants.ratelimit.base import (
     Limiter,
     Limits,
     Ticket,
+    batch_limits,
     decision_from,
     format_reset,
 )
@@ -51,6 +57,7 @@ __all__ = [
     "Decision",
     "Limits",
     "Ticket",
+    "batch_limits",
     "format_reset",
     "get_limiter",
     "limits_for",
@@ -132,6 +139,7 @@ async def rate_limit_admit(
     the tokens its usage records hold for that month (billing knows them;
     the caller passes the lookup in): one extra round trip.
     """
+    limits = batch_limits(limits) if ticket.batch else limits
     limiter = get_limiter()
     admit = sync_to_async(limiter.admit, thread_sensitive=False)
     snapshot = await admit(ticket=ticket, limits=limits, tokens=tokens)
@@ -148,6 +156,7 @@ async def rate_limit_count(*, ticket: Ticket, limits: Limits) -> Decision:
     ``rate_limit_admit`` of the same ticket adds the tokens and checks the
     other limits without counting the request again.
     """
+    limits = batch_limits(limits) if ticket.batch else limits
     limiter = get_limiter()
     count = sync_to_async(limiter.count, thread_sensitive=False)
     return decision_from(await count(ticket=ticket, limits=limits), limits)

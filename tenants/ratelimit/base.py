@@ -38,12 +38,32 @@ CONCURRENCY_RETRY_MS = 1000
 
 @dataclass(slots=True, frozen=True)
 class Limits:
+    """A ticket's limits; a batch line's (``batch_limits``) bind only its quota."""
+
     key_rpm: int
     key_tpm: int
     tenant_rpm: int
     tenant_tpm: int
     max_concurrent: int
     monthly_quota: int
+
+
+# A window or slot count no batch line can reach: batch lines are bounded by
+# the Batch API's own in-flight caps and the tier's batch_queue_tokens.
+UNBOUNDED = 10**12
+
+
+def batch_limits(limits: Limits) -> Limits:
+    """A batch line's limits: no RPM, TPM or concurrency of its own, the same
+    monthly quota (batch tokens are tokens the tenant used that month)."""
+    return Limits(
+        key_rpm=UNBOUNDED,
+        key_tpm=UNBOUNDED,
+        tenant_rpm=UNBOUNDED,
+        tenant_tpm=UNBOUNDED,
+        max_concurrent=UNBOUNDED,
+        monthly_quota=limits.monthly_quota,
+    )
 
 
 @dataclass(slots=True, frozen=True)
@@ -56,22 +76,37 @@ class Ticket:
     tenant_id: int
     # "YYYYMM" (UTC) of the admission: the month the tokens are charged to.
     period: str
+    # A Batch API line: its request and token windows and its concurrency
+    # slots are scopes of their own (``b:``), apart from the interactive
+    # ones, as OpenAI's batches do not count against RPM/TPM; the monthly
+    # quota and the reservations are the tenant's, shared with interactive.
+    batch: bool = False
 
     @classmethod
-    def for_response(cls, *, response_id: str, api_key_id: int | None, tenant_id: int) -> Ticket:
+    def for_response(
+        cls, *, response_id: str, api_key_id: int | None, tenant_id: int, batch: bool = False
+    ) -> Ticket:
         period = time.strftime("%Y%m", time.gmtime())
-        return cls(response_id, api_key_id, tenant_id, period)
+        return cls(response_id, api_key_id, tenant_id, period, batch)
 
     @property
     def key_scope(self) -> str:
+        """The key's request and token windows."""
         # Console requests share one window per tenant, limited like the
         # tenant scope (limits_for_tenant), so only the tenant limits bind.
+        lane = "b:" if self.batch else ""
         if self.api_key_id is None:
-            return f"c:{self.tenant_id}"
-        return f"k:{self.api_key_id}"
+            return f"{lane}c:{self.tenant_id}"
+        return f"{lane}k:{self.api_key_id}"
 
     @property
     def tenant_scope(self) -> str:
+        """The tenant's request and token windows and its concurrency slots."""
+        return f"b:t:{self.tenant_id}" if self.batch else self.quota_scope
+
+    @property
+    def quota_scope(self) -> str:
+        """The tenant's monthly quota and its reservations: one for both lanes."""
         return f"t:{self.tenant_id}"
 
 

@@ -72,7 +72,7 @@ class MemoryLimiter:
         self.window_ms = window_ms
         self._lock = threading.Lock()
         self._logs: dict[str, _Log] = {}
-        # tenant scope -> {response id: lease expiry ms}
+        # tenant scope (interactive or batch) -> {response id: lease expiry ms}
         self._inflight: dict[str, dict[str, int]] = {}
         self._quota: dict[tuple[str, str], int] = {}
         # response id -> (tokens reserved, period)
@@ -89,7 +89,7 @@ class MemoryLimiter:
         for rid in [rid for rid, expiry in inflight.items() if expiry <= now]:
             del inflight[rid]
             reservation = self._reservations.pop(rid, None)
-            quota_key = (ticket.tenant_scope, ticket.period)
+            quota_key = (ticket.quota_scope, ticket.period)
             if (
                 reservation is not None
                 and reservation[1] == ticket.period
@@ -139,7 +139,7 @@ class MemoryLimiter:
             inflight = self._expire_leases(ticket, now)
             key = self._log(ticket.key_scope, now)
             tenant = self._log(ticket.tenant_scope, now)
-            quota_key = (ticket.tenant_scope, ticket.period)
+            quota_key = (ticket.quota_scope, ticket.period)
             if quota_key not in self._quota and quota_seed is not None:
                 self._quota[quota_key] = int(quota_seed)
             outcome, retry = ADMITTED, 0
@@ -185,7 +185,7 @@ class MemoryLimiter:
                 if log is not None and ticket.response_id in log.tokens:
                     log.tokens[ticket.response_id] += delta
                     log.total = max(0, log.total + delta)
-            quota_key = (ticket.tenant_scope, ticket.period)
+            quota_key = (ticket.quota_scope, ticket.period)
             if quota_key in self._quota:
                 used = self._quota[quota_key] + max(0, quota_tokens) - reservation[0]
                 self._quota[quota_key] = max(0, used)
@@ -206,6 +206,7 @@ class MemoryLimiter:
             return self._quota.get((f"t:{tenant_id}", period))
 
     def in_flight(self, *, tenant_id: int) -> int:
+        """Interactive slots held now by the tenant (batch lines hold none)."""
         now = int(time.time() * 1000)
         with self._lock:
             return sum(1 for e in self._inflight.get(f"t:{tenant_id}", {}).values() if e > now)

@@ -42,6 +42,9 @@ class RedisLimiter:
     def _tenant(self, ticket: Ticket) -> str:
         return f"{self.prefix}:{ticket.tenant_scope}"
 
+    def _quota(self, ticket: Ticket) -> str:
+        return f"{self.prefix}:{ticket.quota_scope}"
+
     def count(self, *, ticket: Ticket, limits: Limits) -> Snapshot:
         key, tenant = f"{self.prefix}:{ticket.key_scope}", self._tenant(ticket)
         raw = self._count(
@@ -55,6 +58,7 @@ class RedisLimiter:
         self, *, ticket: Ticket, limits: Limits, tokens: int, quota_seed: int | None = None
     ) -> Snapshot:
         key, tenant = f"{self.prefix}:{ticket.key_scope}", self._tenant(ticket)
+        quota = self._quota(ticket)
         raw = self._admit(
             keys=[
                 f"{key}:log",
@@ -62,8 +66,8 @@ class RedisLimiter:
                 f"{tenant}:log",
                 f"{tenant}:tok",
                 f"{tenant}:inflight",
-                f"{tenant}:quota:{ticket.period}",
-                f"{tenant}:resv",
+                f"{quota}:quota:{ticket.period}",
+                f"{quota}:resv",
             ],
             args=[
                 self.window_ms,
@@ -86,22 +90,22 @@ class RedisLimiter:
 
     def settle(self, *, ticket: Ticket, tokens: int, quota_tokens: int) -> bool:
         key, tenant = f"{self.prefix}:{ticket.key_scope}", self._tenant(ticket)
+        quota = self._quota(ticket)
         done = self._settle(
             keys=[
-                f"{tenant}:resv",
+                f"{quota}:resv",
                 f"{key}:tok",
                 f"{tenant}:tok",
                 f"{tenant}:inflight",
-                f"{tenant}:quota:{ticket.period}",
+                f"{quota}:quota:{ticket.period}",
             ],
             args=[ticket.response_id, max(0, int(tokens)), max(0, int(quota_tokens))],
         )
         return bool(done)
 
     def renew(self, *, ticket: Ticket) -> bool:
-        tenant = self._tenant(ticket)
         done = self._renew(
-            keys=[f"{tenant}:inflight", f"{tenant}:resv"],
+            keys=[f"{self._tenant(ticket)}:inflight", f"{self._quota(ticket)}:resv"],
             args=[ticket.response_id, self.lease_ms, RESERVATION_TTL_MS],
         )
         return bool(done)
@@ -111,7 +115,7 @@ class RedisLimiter:
         return None if value is None else int(value)
 
     def in_flight(self, *, tenant_id: int) -> int:
-        """Slots held now by the tenant (leases not yet expired)."""
+        """Interactive slots held now by the tenant (leases not yet expired)."""
         key = f"{self.prefix}:t:{tenant_id}:inflight"
         now_s, now_us = self.client.time()
         return self.client.zcount(key, f"({now_s * 1000 + now_us // 1000}", "+inf")

@@ -17,6 +17,7 @@ from batches.services.files import file_open, file_upload
 from billing.models import Price, UsageRecord
 from tests.batches.conftest import chat_line, jsonl
 from tests.batches.test_sdk import finished, lines_of
+from tests.helpers import async_wait_until
 from tests.plugins.asgi_client import sdk_client
 from tests.plugins.request_path import DEMO
 from tests.usage_records import record_usage
@@ -204,3 +205,52 @@ async def test_a_batch_line_holds_its_budget_at_the_batch_price(
     assert spent == expected
     period = timezone.now().date().replace(day=1)
     assert await sync_to_async(month_spend)(tenant=tenant, period=period) == expected
+
+
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("demo_model", "batches_in_process", "close_db_threads")
+async def test_batch_lines_do_not_count_against_the_keys_requests_per_minute(
+    fake_worker, api_key_factory
+):
+    """A key limited to 2 requests a minute: a 3-line batch between its
+    first and second interactive requests runs every line at once (no line
+    waits for the minute) and leaves the second request admitted; with the
+    key at its limit (a third request refused) another batch still runs.
+    Every line is still billed: one usage record each, at the batch source."""
+    import openai
+
+    fake_worker(tokens=2)
+    key, raw = await sync_to_async(api_key_factory)(tier="pro", rpm_limit=2)
+    client = sdk_client(raw)
+    body = chat_line("x", max_tokens=8)["body"]
+
+    async def run_batch(count: int, prefix: str):
+        upload = await client.files.create(
+            file=("r.jsonl", jsonl(*(chat_line(f"{prefix}{i}") for i in range(count)))),
+            purpose="batch",
+        )
+        batch = await client.batches.create(
+            input_file_id=upload.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        # Well within the minute a refused line would wait for.
+        return await finished(client, batch.id, timeout=30)
+
+    await client.chat.completions.create(**body)
+    batch = await run_batch(3, "a")
+    assert (batch.status, batch.request_counts.completed) == ("completed", 3)
+    await client.chat.completions.create(**body)
+    with pytest.raises(openai.RateLimitError) as refused:
+        await client.chat.completions.create(**body)
+    assert refused.value.code == "rate_limit_exceeded"
+    batch = await run_batch(2, "b")
+    assert (batch.status, batch.request_counts.completed) == ("completed", 2)
+
+    def sources() -> list[str]:
+        return sorted(
+            UsageRecord.objects.filter(tenant=key.tenant).values_list("source", flat=True)
+        )
+
+    async def all_billed() -> bool:
+        return await sync_to_async(sources)() == ["api"] * 2 + ["batch"] * 5
+
+    await async_wait_until(all_billed, timeout=10)

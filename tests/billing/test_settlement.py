@@ -201,6 +201,30 @@ def test_the_settler_settles_the_budget_hold_and_reservation_exactly_once(
     assert UsageRecord.objects.get(response_id=e.response_id).price_id == price.pk
 
 
+def test_the_settler_settles_a_batch_lines_claims_in_the_batch_lane(tenant_factory, settings):
+    """A batch line (tag source "batch") holds a slot of the batch lane:
+    the settler frees that slot, not an interactive one, and settles the
+    month's shared quota to the line's usage."""
+    settings.REDIS_URL = None  # the in-process limiter
+    reset_limiters()
+    tenant = tenant_factory()
+    e = entry(tenant.pk)
+    ticket = Ticket.for_response(
+        response_id=e.response_id, api_key_id=None, tenant_id=tenant.pk, batch=True
+    )
+    limits = Limits(100, 10**6, 100, 10**6, 10, 10**6)
+    assert (
+        get_limiter().admit(ticket=ticket, limits=limits, tokens=500, quota_seed=0).outcome == "ok"
+    )
+    tag = UsageTag(tier_id=tenant.tier_id, quota_period=ticket.period, source="batch")
+    stream = MemoryUsageStream()
+    stream.append([entry(tenant.pk, response_id=e.response_id, tag=tag)])
+    usage_settle_pending(consumer="s1", stream=stream)
+
+    assert get_limiter().renew(ticket=ticket) is False
+    assert get_limiter().quota_used(tenant_id=tenant.pk, period=ticket.period) == 15
+
+
 def test_the_beat_task_settles_the_process_stream(tenant_factory, settings):
     """The Celery task reads the stream the bus configuration names (here the
     in-process one, as the embedded worker appends to it)."""

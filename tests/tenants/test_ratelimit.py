@@ -4,6 +4,7 @@ No Django database: the limiters are plain state machines over Redis or
 memory; the monthly counter's seed is passed in as the services would.
 """
 
+import dataclasses
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from tenants.ratelimit import (
     QUOTA,
     REQUESTS,
     TOKENS,
+    batch_limits,
     decision_from,
     format_reset,
 )
@@ -192,3 +194,41 @@ def test_a_counted_request_refused_later_still_fills_the_window(limiter):
     refused = limiter.count(ticket=ticket(), limits=lim)
     assert refused.outcome == REQUESTS and refused.retry_ms > 0
     assert admit(limiter, ticket(), lim).outcome == REQUESTS
+
+
+def batch_ticket(api_key_id: int = 1, tenant_id: int = 1):
+    return dataclasses.replace(ticket(api_key_id=api_key_id, tenant_id=tenant_id), batch=True)
+
+
+def test_batch_lines_skip_the_interactive_windows_and_slots_but_share_the_quota(limiter):
+    """Batch lines (their limits batch_limits: the quota alone) take nothing
+    from the key's and tenant's request and token windows or concurrency
+    slots, and run when those are full; their tokens count in the month's
+    quota, reserved and settled, and the quota refuses them."""
+    lim = limits(key_rpm=2, key_tpm=100, max_concurrent=2, monthly_quota=1000)
+    first = ticket()
+    assert admit(limiter, first, lim, tokens=50, seed=0).outcome == ADMITTED
+    lines = [batch_ticket() for _ in range(3)]
+    for done, line in enumerate(lines, start=1):
+        assert limiter.count(ticket=line, limits=batch_limits(lim)).outcome == ADMITTED
+        snap = admit(limiter, line, batch_limits(lim), tokens=200)
+        # Counted once (count, then admit), in the batch lane's window only.
+        assert (snap.outcome, snap.key_requests, snap.key_tokens) == (
+            ADMITTED,
+            done,
+            200 * done,
+        )
+    # Three lines of 200 tokens in flight: the interactive key's second
+    # request of the minute (50 of its 100 tokens, its second slot) still fits...
+    second = admit(limiter, ticket(), lim, tokens=50)
+    assert (second.outcome, second.key_requests, second.key_tokens) == (ADMITTED, 2, 100)
+    # ...and now rpm, tpm and concurrency are all full; batch lines still run.
+    assert admit(limiter, ticket(), lim, tokens=1).outcome == REQUESTS
+    assert admit(limiter, batch_ticket(), batch_limits(lim), tokens=1).outcome == ADMITTED
+    assert limiter.quota_used(tenant_id=1, period=first.period) == 701
+    assert limiter.renew(ticket=lines[0]) is True
+    assert limiter.settle(ticket=lines[0], tokens=20, quota_tokens=20) is True
+    assert limiter.settle(ticket=lines[0], tokens=20, quota_tokens=20) is False
+    assert limiter.quota_used(tenant_id=1, period=first.period) == 521
+    # The quota binds batch lines: 521 + 500 > 1000.
+    assert admit(limiter, batch_ticket(), batch_limits(lim), tokens=500).outcome == QUOTA
