@@ -102,6 +102,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--vs-vllm", action="store_true", help="the same trace against vLLM fcfs and priority"
     )
     parser.add_argument("--vllm-mode", choices=("compiled", "eager"), default="compiled")
+    parser.add_argument(
+        "--trace-spans",
+        action="store_true",
+        help="the worker's spans to its log (OTEL console exporter): splits the bus wait"
+        " from the engine's queue in the breakdown",
+    )
 
 
 @dataclass(slots=True)
@@ -342,9 +348,53 @@ def usage_entries(redis_url: str, database_url: str) -> dict[str, dict]:
     return entries
 
 
-def breakdown(outcomes: list[tuple[str, Outcome]], entries: dict[str, dict]) -> dict:
+def worker_spans(log: Path) -> dict[str, dict[str, float]]:
+    """From the worker's console-exported spans: per response id, the time
+    on the bus (web enqueue to worker intake) and ``engine.queued`` (intake
+    to first scheduled), in ms."""
+    text = log.read_text(errors="replace")
+    decoder = json.JSONDecoder()
+    spans = []
+    at = text.find("\n{")
+    while at != -1:
+        try:
+            span, end = decoder.raw_decode(text, at + 1)
+            spans.append(span)
+        except json.JSONDecodeError:
+            end = at + 2
+        at = text.find("\n{", end)
+    roots = {}
+    for span in spans:
+        attrs = span.get("attributes") or {}
+        if span.get("name") == "gpuworker.request" and "response_id" in attrs:
+            roots[span["context"]["span_id"]] = attrs
+    out: dict[str, dict[str, float]] = {}
+    for span in spans:
+        root = roots.get(span.get("parent_id") or "")
+        if span.get("name") != "engine.queued" or root is None:
+            continue
+        start, end = (_span_time(span[k]) for k in ("start_time", "end_time"))
+        out[root["response_id"]] = {
+            "bus_wait_ms": round(root["messaging.wait_seconds"] * 1000, 1),
+            "engine_queued_ms": round((end - start) * 1000, 1),
+        }
+    return out
+
+
+def _span_time(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def breakdown(
+    outcomes: list[tuple[str, Outcome]],
+    entries: dict[str, dict],
+    spans: dict[str, dict[str, float]] | None = None,
+) -> dict:
     """Where each light request's TTFT went, per stage, idle against flood."""
     stages = ("web_admission_ms", "intake_and_engine_queue_ms", "prefill_ms", "relay_ms")
+    split = ("bus_wait_ms", "engine_queued_ms")  # with --trace-spans
     per_phase: dict[str, list[dict]] = {"idle": [], "flood": []}
     unmatched = 0
     for phase, o in outcomes:
@@ -354,15 +404,16 @@ def breakdown(outcomes: list[tuple[str, Outcome]], entries: dict[str, dict]) -> 
             continue
         admission = (entry["created_at"] - o.sent_wall) * 1000
         worker_first = entry["created_at"] * 1000 + entry["ttft_ms"]
-        per_phase[phase].append(
-            {
-                "client_ttft_ms": round(o.ttft_ms, 1),
-                "web_admission_ms": round(admission, 1),
-                "intake_and_engine_queue_ms": entry["queue_time_ms"],
-                "prefill_ms": entry["ttft_ms"] - entry["queue_time_ms"],
-                "relay_ms": round(o.first_wall * 1000 - worker_first, 1),
-            }
-        )
+        row = {
+            "client_ttft_ms": round(o.ttft_ms, 1),
+            "web_admission_ms": round(admission, 1),
+            "intake_and_engine_queue_ms": entry["queue_time_ms"],
+            "prefill_ms": entry["ttft_ms"] - entry["queue_time_ms"],
+            "relay_ms": round(o.first_wall * 1000 - worker_first, 1),
+        }
+        if spans is not None:
+            row.update(spans.get(o.response_id or "") or {})
+        per_phase[phase].append(row)
     out: dict = {"unmatched": unmatched, "stages": list(stages)}
     for phase, rows in per_phase.items():
         out[phase] = {
@@ -373,7 +424,8 @@ def breakdown(outcomes: list[tuple[str, Outcome]], entries: dict[str, dict]) -> 
                     "p95": percentile([r[key] for r in rows], 0.95),
                     "mean": round(sum(r[key] for r in rows) / len(rows), 1) if rows else None,
                 }
-                for key in ("client_ttft_ms", *stages)
+                for key in ("client_ttft_ms", *stages, *split)
+                if all(key in r for r in rows)
             },
             "rows": rows,
         }
@@ -489,6 +541,8 @@ def run_scenario(args) -> int:
     args.max_concurrent = 0  # Topology's args; the real tiers' caps apply here
     if args.vs_vllm and args.scenario == "service-tier":
         raise SystemExit("--vs-vllm replays within-tier or across-tiers (vLLM has no tiers)")
+    if args.trace_spans:
+        os.environ["OTEL_TRACES_EXPORTER"] = "console"  # the topology's processes inherit it
     topology = Topology(args)
     started = time.time()
     load_before = os.getloadavg()
@@ -498,9 +552,11 @@ def run_scenario(args) -> int:
         topology.start()
         progress(f"{args.scenario}: ready")
         result = asyncio.run(drive(args, topology.base_url, keys))
-        stages = breakdown(LIGHT_OUTCOMES, usage_entries(topology.redis_url, args.database_url))
+        entries = usage_entries(topology.redis_url, args.database_url)
     finally:
         topology.stop()
+    spans = worker_spans(topology.logs / "gpuworker.log") if args.trace_spans else None
+    stages = breakdown(LIGHT_OUTCOMES, entries, spans)
     peers = {}
     if args.vs_vllm:
         load_ours_after = [round(x, 2) for x in os.getloadavg()]
