@@ -517,9 +517,10 @@ def run_vllm(args, policy: str) -> dict:
         str(block_size),
         "--num-gpu-blocks-override",
         str(blocks),
-        # It refuses to start when one sequence of max_model_len cannot fit.
+        # It refuses to start when one sequence of max_model_len cannot fit
+        # (its block 0 is a reserved null block).
         "--max-model-len",
-        str(blocks * block_size),
+        str((blocks - 1) * block_size),
     ]
     log = Path(tempfile.mkdtemp(prefix="bench-fairness-vllm-")) / "vllm.log"
     progress(f"vllm {policy}: starting its OpenAI server (log {log})")
