@@ -542,6 +542,11 @@ def run_scenario(args) -> int:
     args.max_concurrent = 0  # Topology's args; the real tiers' caps apply here
     if args.vs_vllm and args.scenario == "service-tier":
         raise SystemExit("--vs-vllm replays within-tier or across-tiers (vLLM has no tiers)")
+    if args.vs_vllm:
+        from bench.peers.launch import VLLM_PYTHON
+
+        if not VLLM_PYTHON.exists():  # before ours runs, not after
+            raise SystemExit("no vLLM venv: run bash bench/peers/install_vllm.sh first")
     if args.trace_spans:
         os.environ["OTEL_TRACES_EXPORTER"] = "console"  # the topology's processes inherit it
     topology = Topology(args)
