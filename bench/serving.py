@@ -35,6 +35,7 @@ ours/vLLM ratios, and a table to stdout. Nothing here asserts on time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -268,9 +269,19 @@ def vllm_server_command(args, port: int) -> list[str]:
 
 
 def run_vllm(args, levels: list[Level], result_dir: Path) -> dict:
+    port = load_topology.free_port()
+    log = Path(tempfile.mkdtemp(prefix="bench-serving-")) / "vllm.log"
+    load.progress(f"vllm: starting its OpenAI server (log {log})")
+    with run_vllm_server(args, port, log) as base:
+        return run_levels(args, levels, result_dir, "vllm", base_url=base, api_key="none")
+
+
+@contextlib.contextmanager
+def run_vllm_server(args, port: int, log: Path, extra: list[str] = ()):
+    """vLLM's OpenAI server at its best settings here; yields its base URL
+    once it answers, and always stops it. ``extra``: more server flags."""
     if not VLLM_PYTHON.exists():
         raise SystemExit("no vLLM venv: run bash bench/peers/install_vllm.sh first")
-    port = load_topology.free_port()
     peers = ROOT / ".peers"
     env = {
         **os.environ,
@@ -285,15 +296,12 @@ def run_vllm(args, levels: list[Level], result_dir: Path) -> dict:
     preload = vllm_preload()
     if preload:
         env["LD_PRELOAD"] = ":".join(filter(None, [*preload, env.get("LD_PRELOAD")]))
-    command = vllm_server_command(args, port)
-    log = Path(tempfile.mkdtemp(prefix="bench-serving-")) / "vllm.log"
-    load.progress(f"vllm: starting its OpenAI server (log {log})")
+    command = [*vllm_server_command(args, port), *extra]
     with log.open("w") as out:
         server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         _wait_http(f"http://127.0.0.1:{port}/v1/models", server, log, timeout=900)
-        base = f"http://127.0.0.1:{port}"
-        return run_levels(args, levels, result_dir, "vllm", base_url=base, api_key="none")
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
         try:
