@@ -32,6 +32,7 @@ from batches.services import batches as batch_services
 from batches.services import files as file_services
 from inference.api.auth import api_key_auth
 from inference.api.endpoints import ERRORS
+from inference.errors import InvalidRequest
 
 router = Router(auth=api_key_auth, tags=["batches"])
 CHUNK_BYTES = 256 * 1024
@@ -51,10 +52,29 @@ async def create_file(request: HttpRequest, file: FileParam[UploadedFile], purpo
     return file_object(row)
 
 
+def query_check(request: HttpRequest, known: set[str]) -> None:
+    """A 400 for a query parameter the operation does not define, as for an
+    unknown body field: a misspelt ``limit`` silently ignored would page
+    wrongly."""
+    for name in request.GET:
+        if name not in known:
+            raise InvalidRequest(
+                f"Unrecognized request argument supplied: {name}",
+                param=name,
+                code="unknown_parameter",
+            )
+
+
 @router.get("/files", response={200: FileList, **ERRORS}, tags=["files"])
 async def list_files(
     request: HttpRequest, purpose: str | None = None, after: str | None = None, limit: Limit = 100
 ):
+    query_check(request, {"purpose", "after", "limit", "order"})
+    if request.GET.get("order", "desc") != "desc":
+        # Newest first, OpenAI's default, is the order the cursor pages in.
+        raise InvalidRequest(
+            "Only order=desc (newest first) is supported.", param="order", code="invalid_value"
+        )
     page = await sync_to_async(selectors.file_list)(
         tenant=request.auth.tenant, purpose=purpose, after=after, limit=limit
     )
@@ -110,6 +130,7 @@ async def create_batch(request: HttpRequest, payload: BatchCreateRequest):
 
 @router.get("/batches", response={200: BatchList, **ERRORS})
 async def list_batches(request: HttpRequest, after: str | None = None, limit: Limit = 20):
+    query_check(request, {"after", "limit"})
     page = await sync_to_async(selectors.batch_list)(
         tenant=request.auth.tenant, after=after, limit=limit
     )

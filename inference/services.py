@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -99,7 +100,7 @@ async def generation_start(
         tenant_id=tenant.pk,
         batch=request.source == UsageRecord.Source.BATCH,
     )
-    await limits_count(tenant=tenant, api_key=api_key, ticket=ticket, model=model.name)
+    counted = await limits_count(tenant=tenant, api_key=api_key, ticket=ticket, model=model.name)
     # Safety (issue 20): the prompt stage, before any tokens are claimed or
     # billed; a blocked prompt is a 400, PII may come back redacted.
     request, safety = await prompt_screen(
@@ -120,7 +121,14 @@ async def generation_start(
         service_tier=request.service_class.value,
         price_multiplier=price_multiplier_for(source=request.source),
     )
-    decision = admission.decision
+    # The request's place in its request window is where it was counted:
+    # its remaining-requests header says so, so concurrent requests each
+    # report the next one down (at admission the window may be fuller).
+    decision = replace(
+        admission.decision,
+        remaining_requests=counted.remaining_requests,
+        reset_requests_ms=counted.reset_requests_ms,
+    )
     try:
         tag = usage_tag(
             admission,

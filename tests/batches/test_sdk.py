@@ -144,6 +144,11 @@ async def test_files_and_batches_are_the_tenants_own(fake_worker, api_key_factor
             await call()
     assert (await stranger.files.list()).data == []
     assert (await stranger.batches.list()).data == []
+    # A misspelt query parameter is refused, not ignored (it would page wrongly).
+    for listing in (stranger.files.list, stranger.batches.list):
+        with pytest.raises(openai.BadRequestError) as error:
+            await listing(extra_query={"limt": 5})
+        assert (error.value.code, error.value.param) == ("unknown_parameter", "limt")
     await finished(client, batch.id)
 
 

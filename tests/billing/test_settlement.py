@@ -28,6 +28,15 @@ from wire.usage.redis_stream import RedisUsageStream
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def only_this_tests_dead_letters():
+    """Each test counts the dead letters it caused. Other processes' settlers
+    write some too (entries a killed topology left in the shared usage
+    stream, settled by a later test's Celery worker, name a tenant that test
+    has since deleted); they are removed inside this test's transaction."""
+    UsageDeadLetter.objects.all().delete()
+
+
 def entry(tenant_id: int, *, created_at: float | None = None, **fields) -> UsageEntry:
     now = time.time()
     values = dict(

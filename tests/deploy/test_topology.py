@@ -187,8 +187,8 @@ def test_topology_serves_a_streamed_completion_and_celery_invoices_it(
         redis_proc.terminate()
         redis_proc.wait(10)
         with django_db_blocker.unblock():
+            UsageRecord.objects.filter(tenant=tenant).delete()  # before the invoice (PROTECT)
             Invoice.objects.filter(tenant=tenant).delete()
-            UsageRecord.objects.filter(tenant=tenant).delete()
             Tenant.objects.filter(pk=tenant.pk).delete()
             if not demo_existed:
                 Tenant.objects.filter(name="demo").delete()
