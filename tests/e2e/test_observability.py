@@ -190,6 +190,11 @@ async def _traffic(observed: Observed) -> tuple[dict[str, float], dict[str, int]
     return dict(streamed), refused
 
 
+async def _one_more_stream(observed: Observed) -> None:
+    async with httpx.AsyncClient(base_url=observed.base, timeout=120) as client:
+        await _stream(client, observed.keys["pro"], 99)
+
+
 @pytest.mark.skipif(
     BINARY is None, reason="Debian's prometheus is not installed (.ci/run installs it)"
 )
@@ -243,6 +248,11 @@ def test_prometheus_reports_the_ttft_and_the_429s_the_test_saw(observed, tmp_pat
 
         _dashboard_queries_run(prometheus, at)
         # The alert rules' recording rule: the web's TTFT p95 for the pro tier.
+        # The web's series appear with their first observation: when the
+        # traffic's pro streams all ended before that series' first scrape,
+        # its rate over any window was 0 and the quantile NaN. One more
+        # stream, after the series has been scraped, is an increase to see.
+        asyncio.run(_one_more_stream(observed))
         prometheus.wait_until(
             'llmp:ttft_seconds:p95_5m{tier="pro"}',
             lambda r: len(r) == 1 and 0 < float(r[0]["value"][1]) < 60,
