@@ -23,4 +23,4 @@ class FileTooLarge(RequestTooLarge):
 
 
 class InvalidBatchRequest(InvalidRequest):
-    pass
+    """A 400 about a file or batch (purpose, endpoint, window, input file)."""

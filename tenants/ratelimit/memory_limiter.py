@@ -104,17 +104,18 @@ class MemoryLimiter:
             key = self._log(ticket.key_scope, now)
             tenant = self._log(ticket.tenant_scope, now)
             outcome, retry = ADMITTED, 0
-            if ticket.response_id in key.tokens:
-                pass
-            elif retry := max(
-                key.wait_requests(limits.key_rpm, now, window),
-                tenant.wait_requests(limits.tenant_rpm, now, window),
-            ):
-                outcome = REQUESTS
-            else:
-                for log in (key, tenant):
-                    log.entries.append((now, ticket.response_id))
-                    log.tokens[ticket.response_id] = 0
+            # A ticket already counted is not counted again (idempotent).
+            if ticket.response_id not in key.tokens:
+                retry = max(
+                    key.wait_requests(limits.key_rpm, now, window),
+                    tenant.wait_requests(limits.tenant_rpm, now, window),
+                )
+                if retry:
+                    outcome = REQUESTS
+                else:
+                    for log in (key, tenant):
+                        log.entries.append((now, ticket.response_id))
+                        log.tokens[ticket.response_id] = 0
             return self._snapshot(outcome, now, key, tenant, retry)
 
     def _snapshot(self, outcome: str, now: int, key: _Log, tenant: _Log, retry: int) -> Snapshot:
