@@ -460,7 +460,7 @@ EMBEDDED_ENGINE = env_bool("EMBEDDED_ENGINE", REDIS_URL is None)
 # first requests (inference.prompts.warmup). The tests turn it off: their in-process
 # ASGI app must not touch the database from a thread of its own.
 WEB_WARM_TOKENIZERS = env_bool("WEB_WARM_TOKENIZERS", True)
-ENGINE_DTYPE = os.environ.get("ENGINE_DTYPE", "bfloat16")
+ENGINE_DTYPE = os.environ.get("ENGINE_DTYPE", "auto")
 ENGINE_KV_CACHE_MB = env_int("ENGINE_KV_CACHE_MB", 512)
 ENGINE_THREADS = env_int("ENGINE_THREADS", 0)  # 0: torch's default
 # Token budget per engine step for serving workers: smaller than the engine's

@@ -3,7 +3,7 @@
 A library with no Django import, usable offline like vLLM's LLM class::
 
     from gpuworkers.engine import LLMEngine, SamplingParams
-    engine = LLMEngine.from_pretrained(model_dir, dtype="bfloat16")
+    engine = LLMEngine.from_pretrained(model_dir)  # dtype "auto"
     outputs = engine.generate(["Hello"], SamplingParams(max_tokens=32))
 """
 

@@ -38,7 +38,10 @@ class EngineConfig:
 
     model_dir: str = ""
     model_id: str = ""
-    dtype: str = "bfloat16"
+    # "auto": bfloat16 where the hardware computes in it, else float32 (CPU)
+    # or float16 (CUDA); resolved once here, so every reader sees the
+    # concrete dtype (engine/dtypes.py).
+    dtype: str = "auto"
     device: str = "cpu"
     attention_backend: str = "auto"  # auto | torch | flashinfer
     # On CPU (engine/cpu/): decode attention and K/V writes in the compiled
@@ -133,8 +136,9 @@ class EngineConfig:
             raise ValueError("block_size must be a power of two")
         if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
             raise ValueError("max_num_batched_tokens and max_num_seqs must be >= 1")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"unsupported dtype {self.dtype!r}")
+        from gpuworkers.engine.dtypes import resolve_dtype
+
+        self.dtype = resolve_dtype(self.dtype, self.device)
         if self.deterministic and self.attention_backend == "flashinfer":
             raise ValueError("deterministic mode needs the torch attention backend")
         if self.speculative_method not in (None, "ngram"):

@@ -78,7 +78,7 @@ class LLMEngine:
         self.generated_tokens = 0
 
     @classmethod
-    def from_pretrained(cls, path: str | Path, dtype: str = "bfloat16", **engine_options):
+    def from_pretrained(cls, path: str | Path, dtype: str = "auto", **engine_options):
         """Load a Hugging Face model directory and size the KV pool.
 
         ``engine_options`` are EngineConfig fields (kv_cache_bytes,

@@ -1,7 +1,8 @@
 """Engine fixtures: the real demo model, and worker loops serving it.
 
-The engine is loaded once per module (bfloat16, a small KV pool and step
-budget so warm-up stays about a second); ``serve`` runs a ``WorkerLoop`` on
+The engine is loaded once per module (dtype "auto": bfloat16 where the CPU
+computes in it, float32 on AVX2-only CPUs; a small KV pool and step budget
+so warm-up stays about a second); ``serve`` runs a ``WorkerLoop`` on
 it over a chosen bus and stops it after the test; ``demo_worker`` serves it
 as the demo model on the configured bus (the request path's tests).
 torch and the engine are imported by the fixtures, not by this plugin, so
@@ -40,7 +41,7 @@ def engine(demo_dir):
     torch.set_num_threads(2)
     return LLMEngine.from_pretrained(
         demo_dir,
-        dtype="bfloat16",
+        dtype="auto",
         kv_cache_bytes=32 << 20,
         max_num_batched_tokens=128,
         model_id=MODEL,

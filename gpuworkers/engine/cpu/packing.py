@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from gpuworkers.engine.cpu.tile_linear import tile_linear_kind
+from gpuworkers.engine.dtypes import cpu_has_fast_bfloat16
 
 # A batch-size hint for oneDNN's choice of blocked layout; one packing
 # serves decode (a few rows) and prefill (thousands) alike.
@@ -24,12 +25,17 @@ PACKING_ROWS_HINT = 2048
 
 
 def packing_available(dtype: torch.dtype, device: torch.device | str) -> bool:
+    # oneDNN's bfloat16 reorder needs AVX-512 (BW/VL/DQ), AVX-NE-CONVERT or
+    # AMX; on an AVX2-only CPU (AMD Zen 3, say) it raises, and bfloat16
+    # matmuls there run on a slow generic path anyway (dtype "auto" picks
+    # float32 on such CPUs: engine/dtypes.py).
     return (
         torch.device(device).type == "cpu"
         and dtype == torch.bfloat16
         and torch.backends.mkldnn.is_available()
         and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
         and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+        and cpu_has_fast_bfloat16()
     )
 
 
