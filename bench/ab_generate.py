@@ -16,7 +16,7 @@ from gpuworkers.engine import LLMEngine, SamplingParams
 from gpuworkers.engine.convert_gguf import ensure_demo_model
 
 torch.set_num_threads(2)
-e = LLMEngine.from_pretrained(ensure_demo_model(), dtype="bfloat16", max_model_len=2048)
+e = LLMEngine.from_pretrained(ensure_demo_model(), dtype="auto", max_model_len=2048)
 e.warmup()
 g = torch.Generator().manual_seed(0)
 prompts = [

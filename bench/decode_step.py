@@ -22,7 +22,7 @@ from gpuworkers.engine.convert_gguf import ensure_demo_model
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dtype", default="auto")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--budget", type=int, default=512, help="max_num_batched_tokens")

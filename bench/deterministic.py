@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     base = LLMEngine.from_pretrained(
         ensure_demo_model(),
-        dtype="bfloat16",
+        dtype="auto",
         kv_cache_bytes=512 << 20,
         max_num_batched_tokens=args.budget,
         max_num_seqs=max(args.requests, 1),

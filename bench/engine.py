@@ -3,7 +3,8 @@
     python -m bench.engine [--quick] [--repeat N] [--threads T]
                            [--skip-vllm] [--skip-hf] [--skip-engine]
 
-One run, one seeded workload, one dtype (bfloat16) for every peer. Each peer
+One run, one seeded workload, one dtype for every peer (what the engine's
+"auto" resolves to here: bfloat16, or float32 on AVX2-only CPUs). Each peer
 runs in its own subprocess (vLLM in its own virtualenv, made by
 bench/peers/install_vllm.sh) and reads the same prompts, as token ids, from
 a JSON file. Figures go to stdout as a table and to bench/results/engine.json
@@ -26,6 +27,7 @@ from bench.flops import ModelShape
 from bench.peers.launch import ROOT, VLLM_PYTHON, machine_info, run_peer, runner_command
 from bench.report import print_report, summarize
 from bench.workloads import FULL, QUICK, build_workload, plain_token_ids
+from gpuworkers.engine.dtypes import resolve_dtype
 
 
 def progress(message: str) -> None:
@@ -115,7 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         f"conversations; {args.threads} threads, bfloat16, repeat {args.repeat}"
     )
     common = {"model_dir": model_dir, "threads": args.threads}
-    runner = {**common, "repeat": args.repeat, "kv_cache_gib": args.kv_cache_gib}
+    runner = {
+        **common,
+        "repeat": args.repeat,
+        "kv_cache_gib": args.kv_cache_gib,
+        "dtype": resolve_dtype("auto", "cpu"),
+    }
     peers: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench-engine-") as tmp:
         workload_path = Path(tmp) / "workload.json"
@@ -162,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed,
             "shape": dataclasses.asdict(shape),
         },
-        dtype="bfloat16",
+        dtype=resolve_dtype("auto", "cpu"),
         threads=args.threads,
         repeat=args.repeat,
         hf_repeat=args.hf_repeat,

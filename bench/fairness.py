@@ -55,7 +55,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/9", help="flushed!")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--kv-cache-mb", type=int, default=32)
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dtype", default="auto")
     # One thread: on a shared 2-core box a second busy process makes two
     # OpenMP threads spin against it and stalls whole steps.
     parser.add_argument("--threads", type=int, default=1)

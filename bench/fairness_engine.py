@@ -120,7 +120,7 @@ def build_engine(model: Path, args, policy: str):
 
     engine = LLMEngine.from_pretrained(
         model,
-        dtype="float32" if args.model == "tiny" else "bfloat16",
+        dtype="float32" if args.model == "tiny" else "auto",
         num_kv_blocks=args.kv_blocks,
         num_host_blocks=args.kv_blocks,
         max_num_batched_tokens=args.max_batched_tokens,

@@ -73,6 +73,7 @@ from bench.workloads import (
     edit_passages,
     plain_token_ids,
 )
+from gpuworkers.engine.dtypes import resolve_dtype
 
 # vLLM's configurations: (compiled, speculative method). "compiled" is its
 # default mode; eager (enforce_eager) is what its maintainers call a
@@ -98,6 +99,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--suites", default=",".join(HEADLINE))
     parser.add_argument("--pairs", type=int, default=5)
+    # Both peers run in one dtype: "auto" is what the engine's "auto"
+    # resolves to here (bfloat16 where the CPU computes in it, float32 on
+    # AVX2-only CPUs, where bfloat16 matmuls are several times slower).
+    parser.add_argument("--dtype", default="auto")
     parser.add_argument("--vllm-mode", choices=("best", *VLLM_MODES), default="best")
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--seed", type=int, default=0)
@@ -210,6 +215,7 @@ class Peers:
             "model_dir": self.model_dir,
             "threads": self.args.threads,
             "kv_cache_gib": self.args.kv_cache_gib,
+            "dtype": resolve_dtype(self.args.dtype, "cpu"),
         }
 
     def use_vllm(self, mode: str) -> PeerProcess | None:
@@ -365,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         "quick": args.quick,
         "pairs": args.pairs,
         "threads": args.threads,
-        "dtype": "bfloat16",
+        "dtype": resolve_dtype(args.dtype, "cpu"),
         "ignore_eos": True,
         "machine": machine_info(load_before),
         "vllm_preload": vllm_preload(args.vllm_python),

@@ -184,7 +184,7 @@ def step_share(args) -> list[str]:
 
     engine = LLMEngine.from_pretrained(
         ensure_demo_model(),
-        dtype="bfloat16",
+        dtype="auto",
         kv_cache_bytes=2 << 30,
         max_num_seqs=args.rows,
         max_num_batched_tokens=512,

