@@ -98,7 +98,7 @@ class LLMEngine:
             # Attention here is not windowed: stay where the window is moot.
             limit = min(limit, model_cfg.sliding_window)
         config.max_model_len = min(config.max_model_len or limit, limit)
-        per_token = model_cfg.kv_bytes_per_token(dtype)
+        per_token = model_cfg.kv_bytes_per_token(config.dtype)
         if not config.num_kv_blocks:
             config.num_kv_blocks = config.kv_blocks_for(per_token, config.kv_cache_bytes)
         if not config.num_host_blocks:
@@ -106,7 +106,7 @@ class LLMEngine:
         if config.num_kv_blocks < 2:
             raise ValueError("kv_cache_bytes is too small for two KV blocks")
         model, model_cfg = load_model(
-            path, dtype, config.device, config.max_model_len, config.cpu_fast_paths
+            path, config.dtype, config.device, config.max_model_len, config.cpu_fast_paths
         )
         return cls(config, model, model_cfg, load_tokenizer(str(path)))
 

@@ -34,3 +34,11 @@ def test_linears_are_packed_for_onednn_only_where_it_has_a_bfloat16_path():
         cpu_has_fast_bfloat16() and torch.backends.mkldnn.is_available()
     )
     assert not packing_available(torch.float32, "cpu")
+
+
+def test_an_engine_loaded_with_auto_runs_in_the_resolved_dtype(engine):
+    # The shared fixture loads with dtype "auto" (tests/plugins/engine.py).
+    resolved = resolve_dtype("auto", "cpu")
+    assert engine.config.dtype == resolved
+    assert engine.runner.kv_cache.dtype == getattr(torch, resolved)
+    assert next(engine.runner.model.parameters()).dtype == getattr(torch, resolved)
