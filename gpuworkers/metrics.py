@@ -152,6 +152,10 @@ CACHE_CONFIG_INFO = Gauge(
     "Information of the LLMEngine CacheConfig",
     (*LABELS, *CACHE_CONFIG_LABELS),
 )
+# The cache configuration each (model_name, engine) pair last published: a
+# new engine in the same process (a restarted loop, a reconfigured pool)
+# replaces its series instead of leaving two info series for one engine.
+_CACHE_CONFIG_PUBLISHED: dict[tuple[str, ...], tuple[str, ...]] = {}
 # The per-request token-count histograms' buckets depend on the served
 # model's context length (vLLM: 1, 2, 5, ... up to max_model_len). A
 # process registers a metric name once, so the first engine's length
@@ -329,7 +333,11 @@ class WorkerMetrics:
 
     def cache_config(self, info: Mapping[str, Any]) -> None:
         """``vllm:cache_config_info``: the KV cache's configuration as labels, value 1."""
-        values = (str(info[name]) for name in CACHE_CONFIG_LABELS)
+        values = tuple(str(info[name]) for name in CACHE_CONFIG_LABELS)
+        previous = _CACHE_CONFIG_PUBLISHED.get(self.labels)
+        if previous is not None and previous != values:
+            CACHE_CONFIG_INFO.remove(*self.labels, *previous)
+        _CACHE_CONFIG_PUBLISHED[self.labels] = values
         CACHE_CONFIG_INFO.labels(*self.labels, *values).set(1)
 
     def iteration(self, tokens: int) -> None:

@@ -243,3 +243,23 @@ def test_tier_shares_are_the_in_flight_responses_per_tier():
     assert TIER_WEIGHT.labels(*metrics.labels, "pro")._value.get() == 0.35
     metrics.observe_stats(stats, [])  # the tiers go idle: shares drop to 0, not stale
     assert TIER_SHARE.labels(*metrics.labels, "pro")._value.get() == 0.0
+
+
+def test_a_new_engine_replaces_its_cache_config_series():
+    """One info series per (model, engine): a second loop in the same process
+    (another pool size) replaces the first's series instead of adding one."""
+    from prometheus_client import generate_latest
+
+    model = uid("model")
+    config = {
+        "block_size": 16,
+        "cache_dtype": "float32",
+        "enable_prefix_caching": True,
+        "num_gpu_blocks": 45,
+        "num_cpu_blocks": 0,
+    }
+    WorkerMetrics(model).cache_config(config)
+    WorkerMetrics(model).cache_config({**config, "num_gpu_blocks": 91})
+    samples = _samples(generate_latest().decode(), model)
+    (info,) = [k for k in samples if k.startswith("vllm:cache_config_info")]
+    assert "[num_gpu_blocks=91]" in info, info

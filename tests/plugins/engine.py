@@ -42,7 +42,11 @@ def engine(demo_dir):
     return LLMEngine.from_pretrained(
         demo_dir,
         dtype="auto",
-        kv_cache_bytes=32 << 20,
+        # A pool counted in blocks, not bytes: the same 1,456 tokens whether
+        # 'auto' resolves to bfloat16 or (on an AVX2-only CPU) float32, whose
+        # twice-as-large tokens once halved a byte-sized pool under tests
+        # that need a 1,037-token request to fit.
+        num_kv_blocks=91,
         max_num_batched_tokens=128,
         model_id=MODEL,
     )
