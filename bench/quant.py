@@ -10,6 +10,9 @@ dtype), ``int8`` adds weight-only int8 linears (``quantization="int8"``),
 ``int8+kv-int8`` also an int8 KV cache, through a ``kv_cache_dtype`` field
 that the engine does not have yet: an arm whose field is missing, or whose
 value EngineConfig rejects, is reported unavailable with the reason.
+``--arms bf16,int8,fp32`` adds float32 weights and activations: how far
+float32 strays from bfloat16's own greedy tokens, the yardstick for the
+int8 arms' agreement.
 
 Every available arm's engine is loaded in this process, and per arm:
 
@@ -60,7 +63,11 @@ ARMS = [
     Arm("bf16", {}),
     Arm("int8", {"quantization": "int8"}),
     Arm("int8+kv-int8", {"quantization": "int8", "kv_cache_dtype": "int8"}),
+    # Not run by default: how far float32 itself strays from bfloat16's
+    # greedy tokens, the scale for the int8 arms' agreement.
+    Arm("fp32", {"dtype": "float32"}),
 ]
+DEFAULT_ARMS = "bf16,int8,int8+kv-int8"
 
 
 @dataclasses.dataclass(slots=True)
@@ -99,7 +106,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--arms", default=",".join(arm.name for arm in ARMS))
+    parser.add_argument("--arms", default=DEFAULT_ARMS)
     parser.add_argument("--model", type=Path, default=None, help="default: the demo model")
     parser.add_argument("--out", type=Path, default=RESULTS / "quant.json")
     args = parser.parse_args(argv)
@@ -121,7 +128,7 @@ def unavailable_reason(arm: Arm, dtype: str) -> str:
     if missing:
         return f"EngineConfig has no field {', '.join(missing)}"
     try:
-        EngineConfig(dtype=dtype, **arm.overrides)
+        EngineConfig(**{"dtype": dtype, **arm.overrides})
     except (TypeError, ValueError) as exc:
         return f"EngineConfig rejects it: {exc}"
     return ""
@@ -177,13 +184,14 @@ def main(argv: list[str] | None = None) -> None:
     results, engines = [], {}
     for arm in arms:
         reason = unavailable_reason(arm, dtype)
-        results.append(ArmResult(arm.name, arm.overrides, not reason, reason, dtype))
+        arm_dtype = resolve_dtype(arm.overrides.get("dtype", dtype), "cpu")
+        results.append(ArmResult(arm.name, arm.overrides, not reason, reason, arm_dtype))
         if reason:
             progress(f"{arm.name}: unavailable ({reason})")
             continue
         progress(f"{arm.name}: loading {model_dir}")
         engine = LLMEngine.from_pretrained(
-            model_dir, dtype=dtype, kv_cache_bytes=256 << 20, **arm.overrides
+            model_dir, **{"dtype": dtype, "kv_cache_bytes": 256 << 20, **arm.overrides}
         )
         engine.warmup()
         engines[arm.name] = engine
@@ -263,7 +271,7 @@ def render(report: dict) -> str:
         f" {report['workload']['perplexity_passages']} passages of"
         f" {report['workload']['perplexity_text']}",
         f"{'arm':14} {'tok/s':>8} {'x ref':>6} {'prefix':>7} {'posns':>7} {'ident':>6}"
-        f" {'ppl':>8} {'ppl x ref':>9}  kernels",
+        f" {'ppl':>8} {'ppl x ref':>9}  dtype: CPU fast paths",
     ]
 
     def cell(value, spec: str, width: int) -> str:
@@ -278,7 +286,8 @@ def render(report: dict) -> str:
             f" {cell(arm['agreement_prefix'], '7.3f', 7)}"
             f" {cell(arm['agreement_positions'], '7.3f', 7)}"
             f" {cell(arm['identical_outputs'], '6.2f', 6)} {cell(arm['perplexity'], '8.3f', 8)}"
-            f" {cell(arm['perplexity_ratio'], '9.4f', 9)}  {', '.join(arm['cpu_fast_paths'])}"
+            f" {cell(arm['perplexity_ratio'], '9.4f', 9)}  {arm['dtype']}:"
+            f" {', '.join(arm['cpu_fast_paths']) or 'plain torch'}"
         )
     return "\n".join(lines) + "\n"
 
