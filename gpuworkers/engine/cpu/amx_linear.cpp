@@ -28,9 +28,14 @@
 // many rows share the call or the thread count.
 //
 // The int8 entry points (amx_linear_int8, amx_swiglu_int8) run the same
-// tiles on weights kept as int8 (int8_weights.h): each thread widens a
-// chunk to bfloat16 (exactly), the tiles sum x times the integer weights,
-// and the epilogue multiplies each column by its scale before the bias.
+// tiles on weights kept as int8 (int8_weights.h), widened exactly to
+// bfloat16: the tiles sum x times the integer weights, and the epilogue
+// multiplies each column by its scale before the bias. Up to 64 rows (a
+// decode step) each k step's tiles are widened just before their loads,
+// so that the int8 weights stream from DRAM while AMX works (widening a
+// chunk into L2 first and then running the tiles over it was slower than
+// bfloat16 weights: the phases did not overlap); more rows widen a chunk
+// per thread first, which all their row blocks share.
 
 #include <algorithm>
 #include <cstdint>
@@ -78,12 +83,15 @@ TileConfig config_for(int rows) {
 // the tiles, that rounding left AMX idle for about a third of the time.
 //
 // WIDEN: w0 and w1 are int8 tiles, each k step's widened into `staging`
-// (two steps' worth, [2][2][32 x 16] bfloat16, in L1) just before its tile
-// loads: one row block (a decode step) streams the int8 weights straight
-// from DRAM, with no pass through a chunk buffer in L2.
+// just before its tile loads: a decode step's row block streams the int8
+// weights straight from DRAM, with no pass through a chunk buffer in L2.
+// Without `keep`, staging holds two steps ([2][2][32 x 16] bfloat16, in
+// L1); with it, the pair's whole widened tiles ([2][steps x 32 x 16], as
+// the bfloat16 packing), which the call's other row blocks then read.
 template <bool HIGH, bool PAIR, bool WIDEN>
 void column_tiles(const uint16_t *x, int64_t x_bytes, const void *w0, const void *w1,
-                  int64_t steps, float *sums, const Pending &previous, uint16_t *staging) {
+                  int64_t steps, float *sums, const Pending &previous, uint16_t *staging,
+                  bool keep) {
   constexpr int64_t TILE_ELEMS = TILE_K * TILE_COLS;
   _tile_zero(4);
   if constexpr (PAIR) _tile_zero(5);
@@ -97,13 +105,13 @@ void column_tiles(const uint16_t *x, int64_t x_bytes, const void *w0, const void
     if constexpr (HIGH) _tile_loadd(1, x + TILE_ROWS * x_bytes / 2 + s * TILE_K, x_bytes);
     const uint16_t *b0, *b1;
     if constexpr (WIDEN) {
-      uint16_t *stage = staging + (s & 1) * 2 * TILE_ELEMS;
-      int8_weights::widen(static_cast<const int8_t *>(w0) + s * TILE_ELEMS, stage, TILE_ELEMS);
+      uint16_t *stage0 = keep ? staging + s * TILE_ELEMS : staging + (s & 1) * 2 * TILE_ELEMS;
+      uint16_t *stage1 = keep ? stage0 + steps * TILE_ELEMS : stage0 + TILE_ELEMS;
+      int8_weights::widen(static_cast<const int8_t *>(w0) + s * TILE_ELEMS, stage0, TILE_ELEMS);
       if constexpr (PAIR)
-        int8_weights::widen(static_cast<const int8_t *>(w1) + s * TILE_ELEMS, stage + TILE_ELEMS,
-                            TILE_ELEMS);
+        int8_weights::widen(static_cast<const int8_t *>(w1) + s * TILE_ELEMS, stage1, TILE_ELEMS);
       amx::compiler_barrier();  // the stores before the tile loads
-      b0 = stage, b1 = stage + TILE_ELEMS;
+      b0 = stage0, b1 = stage1;
     } else {
       b0 = static_cast<const uint16_t *>(w0) + s * TILE_ELEMS;
       b1 = static_cast<const uint16_t *>(w1) + s * TILE_ELEMS;
@@ -147,31 +155,37 @@ struct Linear {
 template <bool WIDEN, typename Weight>
 inline void run_tiles(bool high, bool both, const uint16_t *x, int64_t x_bytes, const Weight *w0,
                       int64_t tile_elems, int64_t steps, float *sums, const Pending &previous,
-                      uint16_t *staging) {
+                      uint16_t *staging, bool keep) {
   const Weight *w1 = w0 + tile_elems;
   if (high)
-    both ? column_tiles<true, true, WIDEN>(x, x_bytes, w0, w1, steps, sums, previous, staging)
-         : column_tiles<true, false, WIDEN>(x, x_bytes, w0, w1, steps, sums, previous, staging);
+    both ? column_tiles<true, true, WIDEN>(x, x_bytes, w0, w1, steps, sums, previous, staging, keep)
+         : column_tiles<true, false, WIDEN>(x, x_bytes, w0, w1, steps, sums, previous, staging,
+                                            keep);
   else
-    both ? column_tiles<false, true, WIDEN>(x, x_bytes, w0, w1, steps, sums, previous, staging)
-         : column_tiles<false, false, WIDEN>(x, x_bytes, w0, w1, steps, sums, previous, staging);
+    both ? column_tiles<false, true, WIDEN>(x, x_bytes, w0, w1, steps, sums, previous, staging,
+                                            keep)
+         : column_tiles<false, false, WIDEN>(x, x_bytes, w0, w1, steps, sums, previous, staging,
+                                             keep);
 }
 
 // Rows [row, row + rows) (rows <= 32) against column pair `pair`, whose
-// tiles start at w0 (bfloat16), or at q0 (int8, widened as they go: then
-// w0 is null), under the tile configuration for that row count. Returns
-// the sums, pending.
+// tiles start at w0 (bfloat16), or at q0 (int8, widened as they go into
+// `staging`, kept there with `keep`: then w0 is null), under the tile
+// configuration for that row count. Returns the sums, pending.
 inline Pending block_pair(const Linear &l, int64_t row, int64_t rows, int64_t pair,
                           const uint16_t *w0, const int8_t *q0, float *sums,
-                          const Pending &previous, uint16_t *staging) {
+                          const Pending &previous, uint16_t *staging = nullptr,
+                          bool keep = false) {
   const int64_t t = 2 * pair;
   const bool both = t + 1 < l.tiles, high = rows > TILE_ROWS;
   const uint16_t *x = l.x + row * l.x_stride;
   const int64_t x_bytes = l.x_stride * 2;
   if (w0)
-    run_tiles<false>(high, both, x, x_bytes, w0, l.tile_elems, l.steps, sums, previous, staging);
+    run_tiles<false>(high, both, x, x_bytes, w0, l.tile_elems, l.steps, sums, previous, staging,
+                     keep);
   else
-    run_tiles<true>(high, both, x, x_bytes, q0, l.tile_elems, l.steps, sums, previous, staging);
+    run_tiles<true>(high, both, x, x_bytes, q0, l.tile_elems, l.steps, sums, previous, staging,
+                    keep);
   if (l.swiglu)
     return {sums, rows, 0xffff, nullptr, l.out + row * l.out_features + pair * TILE_COLS,
             l.out_features, true, l.scales ? l.scales + pair * 2 * TILE_COLS : nullptr};
@@ -199,24 +213,33 @@ void run(const Linear &l, int64_t rows) {
     int buffer = 0;
     const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
     const int64_t end = pairs * (me + 1) / threads;
-    // One row block: int8 tiles widened per k step (column_tiles); more:
-    // a chunk at a time, for all the blocks to share.
+    // Int8 weights, a few row blocks: each pair's tiles widened per k step
+    // as the first block runs (column_tiles), kept for the other blocks;
+    // more blocks: a chunk at a time, widened first, for all of them.
     const bool per_step = l.quantized && rows <= PER_STEP_ROWS;
-    uint16_t *widened = l.quantized && !per_step ? int8_weights::buffer(chunk * 2 * l.tile_elems)
-                                                 : nullptr;
+    const bool keep = per_step && rows > MAX_ROWS;
+    uint16_t *widened = !l.quantized || (per_step && !keep) ? nullptr
+                        : int8_weights::buffer(keep ? 2 * l.tile_elems : chunk * 2 * l.tile_elems);
     alignas(64) uint16_t staging[2 * 2 * TILE_K * TILE_COLS];
+    uint16_t *stage = keep ? widened : staging;
     if (per_step) {
       if (full) _tile_loadconfig(&full_config);
       for (int64_t pair = pairs * me / threads; pair < end; ++pair) {
         const int8_t *q0 = l.quantized + 2 * pair * l.tile_elems;
         if (tail && full) _tile_loadconfig(&full_config);
+        // The first block widens (and with `keep` keeps) the pair's tiles.
         for (int64_t b = 0; b < full; ++b, buffer ^= 1)
-          pending = block_pair(l, b * MAX_ROWS, MAX_ROWS, pair, nullptr, q0, sums[buffer], pending,
-                               staging);
+          pending = b ? block_pair(l, b * MAX_ROWS, MAX_ROWS, pair, widened, nullptr, sums[buffer],
+                                   pending)
+                      : block_pair(l, 0, MAX_ROWS, pair, nullptr, q0, sums[buffer], pending, stage,
+                                   keep);
         if (tail) _tile_loadconfig(&tail_config);
-        if (tail)
-          pending = block_pair(l, full * MAX_ROWS, tail, pair, nullptr, q0, sums[buffer], pending,
-                               staging),
+        if (tail && full)
+          pending = block_pair(l, full * MAX_ROWS, tail, pair, widened, nullptr, sums[buffer],
+                               pending),
+          buffer ^= 1;
+        else if (tail)
+          pending = block_pair(l, 0, tail, pair, nullptr, q0, sums[buffer], pending, stage, false),
           buffer ^= 1;
       }
     }
@@ -240,12 +263,12 @@ void run(const Linear &l, int64_t rows) {
         for (int64_t pair = start; pair < stop; ++pair, buffer ^= 1)
           pending = block_pair(l, b * MAX_ROWS, MAX_ROWS, pair,
                                weights + 2 * (pair - start) * l.tile_elems, nullptr, sums[buffer],
-                               pending, staging);
+                               pending);
       if (tail) _tile_loadconfig(&tail_config);
       for (int64_t pair = start; tail && pair < stop; ++pair, buffer ^= 1)
         pending = block_pair(l, full * MAX_ROWS, tail, pair,
                              weights + 2 * (pair - start) * l.tile_elems, nullptr, sums[buffer],
-                             pending, staging);
+                             pending);
     }
     finish_rows(pending, 0, pending.rows);
     _tile_release();

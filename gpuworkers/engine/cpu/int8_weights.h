@@ -1,11 +1,13 @@
 // Weight-only int8 for the packed-tile linears (amx_linear.cpp,
 // dpbf16_linear.cpp): the weights stay int8 in memory, packed in the
 // bfloat16 kernels' tile layout (tile_linear.py's pack_tiles, one byte per
-// weight), and each thread widens one chunk of them at a time into
-// bfloat16 in a buffer of its own, which the bfloat16 tile code then reads
-// from L2. A decode step streams half the bytes from DRAM; the widening is
-// a few vector instructions per 32 weights, and a prompt's row blocks all
-// reuse one widened chunk. Included only where AVX512F and BW are defined.
+// weight) and are widened to bfloat16 in a buffer of the thread's own,
+// which the bfloat16 tile code reads: a chunk at a time (vdpbf16ps, and
+// AMX for many rows: a prompt's row blocks all reuse one widened chunk),
+// or AMX's tiles one k step at a time for a decode step. A decode step
+// streams half the bytes from DRAM; the widening is a few vector
+// instructions per 32 weights. Included only where AVX512F and BW are
+// defined.
 //
 // Exact: an integer of magnitude <= 127 has at most 7 significant bits, so
 // its float32 has a zero low half and is its own bfloat16 (the top half).
