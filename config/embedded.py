@@ -48,6 +48,7 @@ def _load_engine():
         dtype=settings.ENGINE_DTYPE,
         kv_cache_bytes=settings.ENGINE_KV_CACHE_MB << 20,
         max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
+        quantization=settings.ENGINE_QUANTIZATION,
         model_id=settings.DEMO_MODEL_NAME,
         **scheduling_options(),
     )

@@ -463,6 +463,10 @@ WEB_WARM_TOKENIZERS = env_bool("WEB_WARM_TOKENIZERS", True)
 ENGINE_DTYPE = os.environ.get("ENGINE_DTYPE", "auto")
 ENGINE_KV_CACHE_MB = env_int("ENGINE_KV_CACHE_MB", 512)
 ENGINE_THREADS = env_int("ENGINE_THREADS", 0)  # 0: torch's default
+# Weight-only quantization of the engines' linear layers: unset (the
+# weights in ENGINE_DTYPE) or int8 (gpuworkers/engine/quantization.py; the
+# engine rejects any other value when it loads).
+ENGINE_QUANTIZATION = os.environ.get("ENGINE_QUANTIZATION") or None
 # Token budget per engine step for serving workers: smaller than the engine's
 # offline default, so running streams keep a steady inter-token latency.
 # 1024, not 512: bench.serving made 351.8 vs 329-336 output tok/s (fewer

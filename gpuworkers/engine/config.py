@@ -49,6 +49,11 @@ class EngineConfig:
     # in bfloat16 also fused element-wise kernels and linear weights
     # pre-packed for oneDNN. Off: plain torch everywhere.
     cpu_fast_paths: bool = True
+    # Weight-only quantization of every linear layer, the LM head included
+    # (engine/quantization.py): None keeps the weights in ``dtype``; "int8"
+    # keeps them as int8 with a float32 scale per output channel, which
+    # halves the bytes a decode step reads in bfloat16. CPU only.
+    quantization: str | None = None
     block_size: int = 16
     kv_cache_bytes: int = 512 << 20
     num_kv_blocks: int = 0
@@ -139,6 +144,11 @@ class EngineConfig:
         from gpuworkers.engine.dtypes import resolve_dtype
 
         self.dtype = resolve_dtype(self.dtype, self.device)
+        from gpuworkers.engine.quantization import check_quantization
+
+        self.quantization = check_quantization(self.quantization)
+        if self.quantization and self.device != "cpu":
+            raise ValueError(f"quantization {self.quantization!r} runs on CPU only")
         if self.deterministic and self.attention_backend == "flashinfer":
             raise ValueError("deterministic mode needs the torch attention backend")
         if self.speculative_method not in (None, "ngram"):

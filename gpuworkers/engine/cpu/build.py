@@ -160,6 +160,15 @@ def _load() -> object | None:
         "dpbf16_linear_k_multiple": ([], i32),
         "dpbf16_linear_bf16": ([pointer, i64, i64, i64, pointer, pointer, pointer, i64], None),
         "dpbf16_swiglu_bf16": ([pointer, i64, i64, i64, pointer, pointer, i64], None),
+        # x, rows, x row stride, in, int8 packed weight, float32 scales,
+        # float32 bias, out, out features
+        "amx_linear_int8": (
+            [pointer, i64, i64, i64, pointer, pointer, pointer, pointer, i64],
+            None,
+        ),
+        "amx_swiglu_int8": ([pointer, i64, i64, i64, pointer, pointer, pointer, i64], None),
+        "dpbf16_linear_int8": ([pointer, i64, i64, i64] + [pointer] * 4 + [i64], None),
+        "dpbf16_swiglu_int8": ([pointer, i64, i64, i64, pointer, pointer, pointer, i64], None),
     }
     for name, (argtypes, restype) in signatures.items():
         fn = getattr(lib, name)

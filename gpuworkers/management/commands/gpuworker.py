@@ -45,7 +45,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--model", required=True, help="served model name")
         parser.add_argument("--worker-id", default=None, help="default: host-pid-random")
-        parser.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
+        parser.add_argument(
+            "--dtype", default=None, help="auto (default), float32, bfloat16 or float16"
+        )
         parser.add_argument("--kv-cache-mb", type=int, default=None, help="KV cache size")
         parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -254,6 +256,7 @@ class Command(BaseCommand):
             dtype=dtype,
             kv_cache_bytes=kv_mb << 20,
             max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
+            quantization=settings.ENGINE_QUANTIZATION,
             model_id=name,
             device=options["device"],
             **scheduling,
@@ -261,7 +264,8 @@ class Command(BaseCommand):
         fast_paths = ", ".join(engine.cpu_fast_paths) or "none"
         self._say(
             f"model {name}: loaded in {time.monotonic() - started:.1f}s"
-            f" ({engine.config.dtype}; CPU fast paths: {fast_paths})"
+            f" ({engine.config.dtype}, {engine.config.quantization or 'unquantized'} weights;"
+            f" CPU fast paths: {fast_paths})"
         )
         return engine
 
