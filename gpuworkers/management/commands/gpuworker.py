@@ -45,7 +45,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--model", required=True, help="served model name")
         parser.add_argument("--worker-id", default=None, help="default: host-pid-random")
-        parser.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
+        parser.add_argument(
+            "--dtype", default=None, help="auto (default), float32, bfloat16 or float16"
+        )
         parser.add_argument("--kv-cache-mb", type=int, default=None, help="KV cache size")
         parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -255,6 +257,8 @@ class Command(BaseCommand):
             kv_cache_bytes=kv_mb << 20,
             max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
             model_id=name,
+            batch_step_tokens=settings.ENGINE_BATCH_STEP_TOKENS,
+            batch_yield_seconds=settings.ENGINE_BATCH_YIELD_SECONDS,
             device=options["device"],
             **scheduling,
         )
