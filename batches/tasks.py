@@ -53,9 +53,7 @@ def batch_validate(batch_id: str) -> None:
 
 @shared_task
 def batch_feed(batch_id: str) -> str:
-    next_step = execution.batch_feed(
-        batch_id=batch_id, hand_over=lambda: enqueue(batch_feed, batch_id)
-    )
+    next_step = execution.batch_feed(batch_id=batch_id)
     _follow(batch_id, next_step)
     return next_step.value
 

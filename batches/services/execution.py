@@ -6,10 +6,7 @@ them and a queue behind; never above BATCH_MAX_IN_FLIGHT_PER_BATCH, nor
 BATCH_MAX_IN_FLIGHT_PER_TENANT across the tenant's batches), for
 BATCH_FEED_ROUND_SECONDS; then it hands over to the next round (another
 task), so a cancel, the expiry and other batches' rounds get their turn.
-The next round is enqueued when this one stops claiming, not after its
-last line: it claims while this one's lines finish, so the engine never
-drains between rounds. Lines that finish together are recorded together
-(one transaction).
+Lines that finish together are recorded together (one transaction).
 Each line is built into the surface's ``InferenceRequest`` with
 ``service_class=batch`` (the engine's class below every interactive one)
 and source ``batch`` (billed at the batch price), and started with
@@ -27,7 +24,6 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import Enum
@@ -297,15 +293,9 @@ async def _failed(
 # --- A feed round ----------------------------------------------------------
 
 
-def batch_feed(*, batch_id: str, hand_over: Callable[[], None] | None = None) -> Next:
-    """One feed round of the batch (a Celery task's body); what to do next.
-
-    ``hand_over`` starts the next round (the task enqueues it): called when
-    this round stops claiming with lines still pending, so the next one
-    claims while this one's lines finish; the round then answers NOTHING.
-    Without it the round drains its lines and answers FEED.
-    """
-    return async_to_sync(_feed)(batch_id, hand_over)
+def batch_feed(*, batch_id: str) -> Next:
+    """One feed round of the batch (a Celery task's body); what to do next."""
+    return async_to_sync(_feed)(batch_id)
 
 
 def _batch_models(batch_id: str) -> list[str]:
@@ -317,10 +307,6 @@ def _batch_models(batch_id: str) -> list[str]:
         .distinct()
     )
     return [m for m in models[:64] if isinstance(m, str)]
-
-
-def _lines_left(batch_id: str) -> bool:
-    return BatchLine.objects.filter(batch_id=batch_id, status=BatchLine.Status.PENDING).exists()
 
 
 def _batch_load(batch_id: str) -> tuple[Batch | None, ApiKey | None]:
@@ -355,7 +341,7 @@ def _mark_stop(batch_id: str, reason: str) -> None:
         Batch.objects.filter(pk=batch_id, stop_code="").update(stop_code=reason)
 
 
-async def _feed(batch_id: str, hand_over: Callable[[], None] | None = None) -> Next:
+async def _feed(batch_id: str) -> Next:
     batch, key = await sync_to_async(_batch_load)(batch_id)
     if batch is None or batch.done:
         return Next.NOTHING
@@ -366,7 +352,6 @@ async def _feed(batch_id: str, hand_over: Callable[[], None] | None = None) -> N
     deadline = beat + settings.BATCH_FEED_ROUND_SECONDS
     running: dict[asyncio.Task, BatchLine] = {}
     stopped: str | None = None
-    looked_to_hand_over = handed_over = False
     backoff_until = 0.0
     target, paced_at = settings.BATCH_MAX_IN_FLIGHT_PER_BATCH, -PACING_SECONDS
     try:
@@ -375,11 +360,6 @@ async def _feed(batch_id: str, hand_over: Callable[[], None] | None = None) -> N
             if stopped is not None:
                 break
             now = time.monotonic()
-            if now >= deadline and hand_over is not None and not looked_to_hand_over:
-                looked_to_hand_over = True
-                if await sync_to_async(_lines_left)(batch_id):
-                    await sync_to_async(hand_over)()
-                    handed_over = True
             if now - paced_at >= PACING_SECONDS:
                 cap = settings.BATCH_MAX_IN_FLIGHT_PER_BATCH
                 target, paced_at = await pacing.in_flight_target_now(models, cap), now
@@ -439,9 +419,6 @@ async def _feed(batch_id: str, hand_over: Callable[[], None] | None = None) -> N
         await sync_to_async(_mark_stop)(batch_id, stopped)
     if stopped is not None:
         return Next.FINALIZE
-    if handed_over:
-        # The next round carries on (and finalizes once no line is left).
-        return Next.NOTHING
     pending = await sync_to_async(
         BatchLine.objects.filter(
             batch_id=batch_id, status__in=(BatchLine.Status.PENDING, BatchLine.Status.RUNNING)

@@ -281,24 +281,3 @@ def test_lines_that_finish_together_are_recorded_in_one_go(api_key_factory):
     assert BatchLine.objects.get(pk=ok.pk).result == record
     batch.refresh_from_db()
     assert (batch.completed, batch.failed, batch.stop_code) == (1, 1, "insufficient_quota")
-
-
-@pytest.mark.usefixtures("demo_model", "batch_files", "close_db_threads")
-def test_a_round_past_its_time_hands_over_before_its_lines_drain(
-    fake_worker, api_key_factory, settings
-):
-    """Past its time with lines pending, a round starts the next one
-    (``hand_over``) and answers NOTHING; the next one runs the lines."""
-    settings.BATCHES_IN_PROCESS = False
-    fake_worker()
-    key, _ = api_key_factory(tier="pro")
-    batch = new_batch(key, 3)
-    handed = []
-    settings.BATCH_FEED_ROUND_SECONDS = 0
-    next_step = execution.batch_feed(batch_id=batch.pk, hand_over=lambda: handed.append(1))
-    assert (next_step, handed) == (Next.NOTHING, [1])
-    assert not BatchLine.objects.filter(batch=batch).exclude(status="pending").exists()
-    settings.BATCH_FEED_ROUND_SECONDS = 30
-    next_step = execution.batch_feed(batch_id=batch.pk, hand_over=lambda: handed.append(2))
-    assert (next_step, handed) == (Next.FINALIZE, [1])
-    assert BatchLine.objects.filter(batch=batch, status="succeeded").count() == 3
