@@ -50,6 +50,8 @@ def _load_engine():
         max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
         quantization=settings.ENGINE_QUANTIZATION,
         model_id=settings.DEMO_MODEL_NAME,
+        batch_step_tokens=settings.ENGINE_BATCH_STEP_TOKENS,
+        batch_yield_seconds=settings.ENGINE_BATCH_YIELD_SECONDS,
         **scheduling_options(),
     )
 

@@ -258,6 +258,8 @@ class Command(BaseCommand):
             max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
             quantization=settings.ENGINE_QUANTIZATION,
             model_id=name,
+            batch_step_tokens=settings.ENGINE_BATCH_STEP_TOKENS,
+            batch_yield_seconds=settings.ENGINE_BATCH_YIELD_SECONDS,
             device=options["device"],
             **scheduling,
         )
