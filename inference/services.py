@@ -52,6 +52,7 @@ from tenants.ratelimit import Ticket
 from wire import logs
 from wire.bus import BusUnavailable, get_bus
 from wire.requests import GenerationRequest
+from wire.tracing import tracer
 from wire.usage import UsageTag
 
 logger = logging.getLogger(__name__)
@@ -80,7 +81,8 @@ async def generation_start(
         raise ValueError(f"request of tenant {request.tenant_id} started for {tenant.pk}")
     tier = tenant.tier
     # The control snapshot's catalog: no query on the request path.
-    model = await sync_to_async(catalog_model_get)(name=request.model, tier=tier)
+    with tracer.start_as_current_span("model.lookup"):
+        model = await sync_to_async(catalog_model_get)(name=request.model, tier=tier)
     # A key's allow-list narrows its tier's models; outside it the model is
     # as unknown as one the tier lacks.
     if model is None or (api_key is not None and not api_key.allows_model(model.name)):
@@ -100,27 +102,33 @@ async def generation_start(
         tenant_id=tenant.pk,
         batch=request.source == UsageRecord.Source.BATCH,
     )
-    counted = await limits_count(tenant=tenant, api_key=api_key, ticket=ticket, model=model.name)
+    with tracer.start_as_current_span("limits.count"):
+        counted = await limits_count(
+            tenant=tenant, api_key=api_key, ticket=ticket, model=model.name
+        )
     # Safety (issue 20): the prompt stage, before any tokens are claimed or
     # billed; a blocked prompt is a 400, PII may come back redacted.
-    request, safety = await prompt_screen(
-        tenant=tenant, request=request, model=model.name, api_key=api_key, user=user
-    )
+    with tracer.start_as_current_span("safety.screen"):
+        request, safety = await prompt_screen(
+            tenant=tenant, request=request, model=model.name, api_key=api_key, user=user
+        )
     # Tokenizing is CPU work and needs no database: any pool thread will do.
-    prepared = await offloaded(prompt_prepare)(request=request, model=model, tier=tier)
+    with tracer.start_as_current_span("prompt.prepare"):
+        prepared = await offloaded(prompt_prepare)(request=request, model=model, tier=tier)
     # The budget's worst-case hold, then rate limits and quotas (issue 17):
     # atomic claims before any GPU work, both given back if it goes no further.
     sampling = prepared.sampling
-    admission = await limits_admit(
-        tenant=tenant,
-        api_key=api_key,
-        ticket=ticket,
-        model=model.name,
-        prompt_tokens=len(prepared.prompt_token_ids),
-        completion_tokens=sampling.n * sampling.max_tokens,
-        service_tier=request.service_class.value,
-        price_multiplier=price_multiplier_for(source=request.source),
-    )
+    with tracer.start_as_current_span("limits.admit"):
+        admission = await limits_admit(
+            tenant=tenant,
+            api_key=api_key,
+            ticket=ticket,
+            model=model.name,
+            prompt_tokens=len(prepared.prompt_token_ids),
+            completion_tokens=sampling.n * sampling.max_tokens,
+            service_tier=request.service_class.value,
+            price_multiplier=price_multiplier_for(source=request.source),
+        )
     # The request's place in its request window is where it was counted:
     # its remaining-requests header says so, so concurrent requests each
     # report the next one down (at admission the window may be fuller).
@@ -209,7 +217,8 @@ async def _dispatch(
         tool_parsing=prompt.tool_parsing if isinstance(prompt, ChatPrompt) else None,
         service_tier=request.service_class.value,
     )
-    await response_route_save(route=route)
+    with tracer.start_as_current_span("route.save"):
+        await response_route_save(route=route)
     return ResponseTap.start(
         route,
         settlement=Settlement(admission, tag, created_at=generation.created_at),

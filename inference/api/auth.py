@@ -24,6 +24,7 @@ from inference.errors import AuthenticationFailed, PermissionDenied, ServiceUnav
 from tenants.models import ApiKey
 from tenants.selectors import api_key_authenticate
 from tenants.services import api_key_touch
+from wire.tracing import tracer
 
 
 def _mask(raw_key: str) -> str:
@@ -33,6 +34,10 @@ def _mask(raw_key: str) -> str:
 
 class ApiKeyAuth(HttpBearer):
     async def authenticate(self, request: HttpRequest, token: str) -> ApiKey:
+        with tracer.start_as_current_span("auth"):
+            return await self._authenticate(token)
+
+    async def _authenticate(self, token: str) -> ApiKey:
         api_key = await _authenticate(token)
         if api_key is None:
             raise AuthenticationFailed(f"Incorrect API key provided: {_mask(token)}.")
