@@ -6,8 +6,9 @@ client's two wall-clock times (request sent, first chunk with choices
 received), the request's path as a chain of marks, each the end of a
 stage: the stages add up to the client's TTFT exactly, and whatever is not
 inside a span (a thread hop, a gap between two spans) counts with the
-stage after it. A stage that ran alongside the one before it counts only
-for the time it outlasted it.
+stage after it. A stage that ran alongside the one before it (the
+tokenizer runs beside the safety screen) counts only for the time it
+outlasted it.
 
 The chain, in the order a request meets it:
 
@@ -16,8 +17,9 @@ The chain, in the order a request meets it:
 - ``auth``: the API key's lookup (span ``auth``);
 - ``request.build``: body validation and the chat schema to the internal
   request (span ``request.build``, chat only);
-- ``model.lookup``, ``limits.count``, ``safety.screen``, ``prompt.prepare``,
-  ``limits.admit``: ``services.generation_start``'s steps, one span each;
+- ``model.lookup``, ``limits.count``, ``safety.screen``, ``prompt.prepare``
+  (concurrent with the screen), ``limits.admit``:
+  ``services.generation_start``'s steps, one span each;
 - ``dispatch``: routing and the queue-wait check, up to the enqueue
   (span ``dispatch``, to the start of ``bus.submit`` inside it);
 - ``bus.wait``: the enqueue's round trip to Redis and the worker's intake
@@ -133,8 +135,8 @@ def stages_of(spans: list[Span], *, sent_at: float, first_chunk_at: float) -> di
             at = span.events[point]
         else:
             raise IncompleteTrace(f"no {point!r} event on {name!r} for stage {stage!r}")
-        # A step that ran alongside the one before and ended first was
-        # hidden by it: it costs 0.
+        # A step that ran alongside the one before (the tokenizer beside
+        # the screen) and ended first was hidden by it: it costs 0.
         marks.append(max(at, marks[-1]))
     marks.append(max(first_chunk_at, marks[-1]))
     return {

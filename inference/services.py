@@ -14,6 +14,7 @@ can add response headers through ``ResponseTap.headers``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import replace
@@ -107,14 +108,11 @@ async def generation_start(
             tenant=tenant, api_key=api_key, ticket=ticket, model=model.name
         )
     # Safety (issue 20): the prompt stage, before any tokens are claimed or
-    # billed; a blocked prompt is a 400, PII may come back redacted.
-    with tracer.start_as_current_span("safety.screen"):
-        request, safety = await prompt_screen(
-            tenant=tenant, request=request, model=model.name, api_key=api_key, user=user
-        )
-    # Tokenizing is CPU work and needs no database: any pool thread will do.
-    with tracer.start_as_current_span("prompt.prepare"):
-        prepared = await offloaded(prompt_prepare)(request=request, model=model, tier=tier)
+    # billed; a blocked prompt is a 400, PII may come back redacted. The
+    # tokenizer runs alongside it (below).
+    request, safety, prepared = await _screen_and_prepare(
+        tenant=tenant, request=request, model=model, api_key=api_key, user=user
+    )
     # The budget's worst-case hold, then rate limits and quotas (issue 17):
     # atomic claims before any GPU work, both given back if it goes no further.
     sampling = prepared.sampling
@@ -163,6 +161,54 @@ async def generation_start(
         raise
     tap.headers.update(decision.headers())
     return tap
+
+
+async def _screen_and_prepare(
+    *,
+    tenant: Tenant,
+    request: InferenceRequest,
+    model: ServedModel,
+    api_key: ApiKey | None,
+    user: AbstractBaseUser | None,
+) -> tuple[InferenceRequest, PromptSafety, PreparedPrompt]:
+    """The prompt's safety screen and its tokenization, at the same time.
+
+    Both are CPU work in pool threads and neither needs the other's result
+    unless the screen changes the prompt: run one after the other they were
+    two hops in a row before the first token. The screen still decides
+    first: its refusal (a 400 content_policy_violation) wins over any error
+    of the tokenizer (context length), whose tokens are dropped; a prompt
+    it redacted is tokenized again from the redacted texts.
+    """
+    tier = tenant.tier
+    preparing = asyncio.create_task(_prepare(request, model, tier))
+    try:
+        with tracer.start_as_current_span("safety.screen"):
+            screened, safety = await prompt_screen(
+                tenant=tenant, request=request, model=model.name, api_key=api_key, user=user
+            )
+    except BaseException:
+        await _discard(preparing)
+        raise
+    if screened.prompt is not request.prompt:
+        await _discard(preparing)
+        return screened, safety, await _prepare(screened, model, tier)
+    return screened, safety, await preparing
+
+
+async def _prepare(request: InferenceRequest, model: ServedModel, tier) -> PreparedPrompt:
+    # Tokenizing is CPU work and needs no database: any pool thread will do.
+    with tracer.start_as_current_span("prompt.prepare"):
+        return await offloaded(prompt_prepare)(request=request, model=model, tier=tier)
+
+
+async def _discard(task: asyncio.Task) -> None:
+    """Wait out a task whose result is not wanted, its error included (a
+    pool thread cannot be interrupted; its outcome must not go unobserved)."""
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()
 
 
 async def _dispatch(
