@@ -28,7 +28,8 @@ from redis.exceptions import RedisError
 from billing.models import UsageRecord
 from billing.services import price_multiplier_for
 from fleet.models import ServedModel
-from fleet.selectors import catalog_model_get
+from fleet.selectors import catalog_model_get, catalog_model_listed
+from fleet.snapshot import asnapshot_current
 from inference import metrics
 from inference.admission import drain
 from inference.admission.limits import (
@@ -81,9 +82,13 @@ async def generation_start(
     if request.tenant_id != tenant.pk:
         raise ValueError(f"request of tenant {request.tenant_id} started for {tenant.pk}")
     tier = tenant.tier
-    # The control snapshot's catalog: no query on the request path.
+    # The control snapshot's catalog: no query on the request path, and no
+    # thread either while the snapshot lists the model (the database, for a
+    # model registered since its last publication, is asked in one).
     with tracer.start_as_current_span("model.lookup"):
-        model = await sync_to_async(catalog_model_get)(name=request.model, tier=tier)
+        model = catalog_model_listed(await asnapshot_current(), name=request.model, tier=tier)
+        if model is None:
+            model = await sync_to_async(catalog_model_get)(name=request.model, tier=tier)
     # A key's allow-list narrows its tier's models; outside it the model is
     # as unknown as one the tier lacks.
     if model is None or (api_key is not None and not api_key.allows_model(model.name)):
