@@ -179,6 +179,28 @@ def prepare_database(topology: Topology) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+def publish_snapshot(topology: Topology) -> int:
+    """Publish the control snapshot to the running topology's Redis, as
+    Celery beat does in production (``bin/run --topology``): the web then
+    finds models, tiers and routing settings there instead of in the
+    database. Its readers see it within FLEET_SNAPSHOT_REFRESH seconds."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-c",
+            "from fleet.services import snapshot_publish; print(snapshot_publish())",
+        ],
+        cwd=ROOT,
+        env=topology.env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(done.stdout.strip().splitlines()[-1])
+
+
 def create_tenant_key(*, max_concurrent: int) -> str:
     """Runs inside ``manage.py shell``: the tier, a fresh tenant and its key."""
     from django.forms.models import model_to_dict

@@ -5,7 +5,8 @@
 
 The topology of ``bench.load_topology`` (redis-server, one ``gpuworker``,
 Daphne, on a PostgreSQL database of the caller's) with tracing on: each
-process appends its spans to a file of its own (``TRACES_FILE``). One
+process appends its spans to a file of its own (``TRACES_FILE``), and the
+control snapshot published once, as Celery beat does in production. One
 client sends ``--requests`` streamed chat completions one after the other
 (concurrency 1, after ``--warmup`` unrecorded ones), each a real-text user
 message of bench/data/chat_prompts.jsonl as ``bench.serving`` sends them
@@ -154,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     load.progress(f"ttft-trace: starting the topology (spans in {topology.traces})")
     try:
         topology.start()
+        # As in production, where beat publishes it: no catalog queries.
+        load_topology.publish_snapshot(topology)
+        time.sleep(3)  # the web's reader refreshes every 2 s (FLEET_SNAPSHOT_REFRESH)
         sent = []
         with httpx.Client(base_url=topology.base_url, timeout=120) as http:
             for i, message in enumerate(messages):
@@ -175,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             "top_p": 0.95,
             "ignore_eos": True,
             "engine_threads": args.threads,
+            # The topology inherits it; PASSIVE on a crowded host (docs/benchmarks.md).
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         },
         "stages": list(STAGES),
         "stages_ms": summary(rows, ("client_ttft_ms", *STAGES)),
