@@ -49,7 +49,7 @@ from inference.relay.dispatch import ModelWarmingUp, NoWorkerAvailable, dispatch
 from inference.relay.tap import ResponseRoute, ResponseTap, route_cache_key
 from inference.request import ChatPrompt, InferenceRequest, new_response_id
 from inference.selectors import response_route_get
-from tenants.models import ApiKey, Tenant
+from tenants.models import ApiKey, Tenant, Tier
 from tenants.ratelimit import Ticket
 from wire import logs
 from wire.bus import BusUnavailable, get_bus
@@ -201,7 +201,7 @@ async def _screen_and_prepare(
     return screened, safety, await preparing
 
 
-async def _prepare(request: InferenceRequest, model: ServedModel, tier) -> PreparedPrompt:
+async def _prepare(request: InferenceRequest, model: ServedModel, tier: Tier) -> PreparedPrompt:
     # Tokenizing is CPU work and needs no database: any pool thread will do.
     with tracer.start_as_current_span("prompt.prepare"):
         return await offloaded(prompt_prepare)(request=request, model=model, tier=tier)
