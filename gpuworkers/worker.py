@@ -10,8 +10,9 @@ in ``gpuworkers.heartbeat``).
 Nothing here touches the database: the request path is bus, engine, bus.
 
 Intake: a request polled stays pending on the bus until its ``created``
-event is published (or it ended), then it is acked; a worker that dies
-before that leaves it to a peer of the model (``wire.bus``). Draining
+event is published (or it ended), then it is acked, after the iteration's
+engine step (no Redis round trip before the prefill); a worker that dies
+before ``created`` leaves it to a peer of the model (``wire.bus``). Draining
 (SIGTERM): the inbox is closed to new requests (peers take what is queued
 there), running ones finish within ``drain_seconds``, what is left then
 ends ``failed`` (``worker_shutdown``); requests that no live peer can take
