@@ -2,6 +2,7 @@
 
     python -m bench.quant [--prompts 24] [--max-tokens 48] [--passages 12]
                           [--repeat 2] [--threads 2] [--arms bf16,int8,...]
+                          [--single-tokens 128] [--llamacpp]
 
 Arms are EngineConfig overrides (``ARMS``): ``bf16`` is the engine's
 default dtype here ("auto": bfloat16 where the CPU computes in it, float32
@@ -16,6 +17,9 @@ int8 arms' agreement.
 
 Every available arm's engine is loaded in this process, and per arm:
 
+Speculation is off in every arm: quantization changes a step's cost, and
+that is what the tok/s compare.
+
 - output tok/s: the same ``--prompts`` real chat messages
   (bench/data/chat_prompts.jsonl, through the chat template), greedy,
   ``--max-tokens`` each, one ``LLMEngine.generate`` batch; the arms' runs
@@ -27,7 +31,17 @@ Every available arm's engine is loaded in this process, and per arm:
   shorter output), ``identical`` the share of outputs equal throughout;
 - perplexity of ``--passages`` held-out passages of Jane Austen's novels
   (bench/data/edit_passages_austen.txt, public domain; not chat prompts),
-  from the engine's prompt logprobs, and its ratio to the reference arm's.
+  from the engine's prompt logprobs, and its ratio to the reference arm's;
+- single-stream decode: one request alone, ``--single-tokens`` greedy
+  tokens past EOS, speculation off (the step itself, as llama.cpp's
+  ``llama-bench -n`` times it), tok/s from its first token to its last.
+
+``--llamacpp`` adds llama.cpp's own formats of the same model (bf16, Q8_0,
+Q4_0; bench/peers/install_llamacpp.sh builds them): ``llama-bench``'s
+single-stream decode tok/s (``-p 0 -n --single-tokens``) and
+``llama-perplexity`` over the same passages (its own windows of 256
+tokens: compare its formats with each other, not with the engine's
+figure).
 
 Writes bench/results/quant.json and quant.txt (the command, the machine and
 its load). A shared machine's tok/s are noise; the ratio of one
@@ -88,6 +102,7 @@ class ArmResult:
     perplexity_tokens: int = 0
     perplexity_ratio: float | None = None
     tok_s_ratio: float | None = None
+    single_stream_tok_s: float | None = None
 
 
 def progress(message: str) -> None:
@@ -108,6 +123,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--arms", default=DEFAULT_ARMS)
     parser.add_argument("--model", type=Path, default=None, help="default: the demo model")
+    parser.add_argument("--single-tokens", type=int, default=128)
+    parser.add_argument("--llamacpp", action="store_true", help="llama.cpp's formats beside ours")
     parser.add_argument("--out", type=Path, default=RESULTS / "quant.json")
     args = parser.parse_args(argv)
     known = {arm.name for arm in ARMS}
@@ -116,6 +133,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--arms: a comma-separated list of {', '.join(sorted(known))}")
     if min(args.prompts, args.max_tokens, args.passages, args.repeat, args.threads) < 1:
         parser.error("--prompts, --max-tokens, --passages, --repeat and --threads must be >= 1")
+    if args.single_tokens < 2:
+        parser.error("--single-tokens must be >= 2")
     return args
 
 
@@ -166,6 +185,50 @@ def perplexity(engine, passages: list[list[int]]) -> tuple[float, int]:
     return math.exp(total / count), count
 
 
+def single_stream_tok_s(engine, prompt: list[int], tokens: int) -> float:
+    """Decode tok/s of one request alone, from its first token to its last."""
+    from gpuworkers.engine.sampling_params import SamplingParams
+
+    params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    engine.add_request("single-stream", prompt, params)
+    times = []
+    while engine.has_unfinished_requests():
+        for output in engine.step():
+            now = time.perf_counter()
+            times.extend(now for _ in output.choices[0].token_ids)
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def llamacpp_rows(args: argparse.Namespace, passages: list[str]) -> list[dict]:
+    """llama.cpp's formats: single-stream decode tok/s and perplexity."""
+    import tempfile
+
+    from bench.peers.llamacpp_runner import FORMATS, LlamaCppTools, decode_speed, perplexity
+
+    tools = LlamaCppTools.find()
+    if tools is None:
+        raise SystemExit("--llamacpp: run bash bench/peers/install_llamacpp.sh first")
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as text:
+        text.write("\n\n".join(passages))
+    rows = []
+    for fmt in FORMATS:
+        progress(f"llama.cpp {fmt}: llama-bench and llama-perplexity")
+        speed = decode_speed(tools, fmt, args.threads, args.single_tokens, reps=3)
+        ppl = perplexity(tools, fmt, Path(text.name), args.threads, ctx=256)
+        rows.append(
+            {
+                "format": fmt,
+                "single_stream_tok_s": round(speed.tok_per_s, 2),
+                "single_stream_stddev": round(speed.stddev, 2),
+                "perplexity_ctx256": ppl,
+            }
+        )
+    Path(text.name).unlink()
+    for row in rows:
+        row["perplexity_ratio"] = round(row["perplexity_ctx256"] / rows[0]["perplexity_ctx256"], 5)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     load_before = os.getloadavg()
@@ -191,7 +254,15 @@ def main(argv: list[str] | None = None) -> None:
             continue
         progress(f"{arm.name}: loading {model_dir}")
         engine = LLMEngine.from_pretrained(
-            model_dir, **{"dtype": dtype, "kv_cache_bytes": 256 << 20, **arm.overrides}
+            model_dir,
+            **{
+                "dtype": dtype,
+                "kv_cache_bytes": 256 << 20,
+                # Every arm's step alone: what quantization changes is the
+                # step's cost, and llama-bench drafts nothing either.
+                "speculative_method": None,
+                **arm.overrides,
+            },
         )
         engine.warmup()
         engines[arm.name] = engine
@@ -201,7 +272,8 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer = next(iter(engines.values())).tokenizer
     messages = chat_messages()[: args.prompts]
     prompts = [apply_chat_template(tokenizer, [{"role": "user", "content": m}]) for m in messages]
-    passages = [tokenizer(text).input_ids for text in edit_passages(PASSAGES)[: args.passages]]
+    passage_texts = edit_passages(PASSAGES)[: args.passages]
+    passages = [tokenizer(text).input_ids for text in passage_texts]
     params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
     outputs: dict[str, list[list[int]]] = {}
     by_name = {result.name: result for result in results}
@@ -219,6 +291,12 @@ def main(argv: list[str] | None = None) -> None:
             by_name[name].output_tokens = produced
             outputs[name] = tokens
             progress(f"{name}: run {run + 1}: {produced} tokens, {produced / seconds:.1f} tok/s")
+    for name, engine in engines.items():
+        by_name[name].single_stream_tok_s = round(
+            single_stream_tok_s(engine, prompts[0], args.single_tokens), 2
+        )
+        progress(f"{name}: single stream {by_name[name].single_stream_tok_s} tok/s")
+    llamacpp = llamacpp_rows(args, passage_texts) if args.llamacpp else []
     reference = results[0] if results[0].available else None
     for result in results:
         if not result.available:
@@ -248,9 +326,12 @@ def main(argv: list[str] | None = None) -> None:
             "repeat": args.repeat,
             "perplexity_passages": len(passages),
             "perplexity_text": str(PASSAGES.relative_to(ROOT)),
+            "speculation": None,
+            "single_stream_tokens": args.single_tokens,
         },
         "reference_arm": reference.name if reference else None,
         "arms": [dataclasses.asdict(result) for result in results],
+        "llamacpp": llamacpp,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
@@ -269,9 +350,10 @@ def render(report: dict) -> str:
         f" prompts x {report['workload']['max_tokens']} greedy tokens, median of"
         f" {report['workload']['repeat']} alternating runs; perplexity over"
         f" {report['workload']['perplexity_passages']} passages of"
-        f" {report['workload']['perplexity_text']}",
-        f"{'arm':14} {'tok/s':>8} {'x ref':>6} {'prefix':>7} {'posns':>7} {'ident':>6}"
-        f" {'ppl':>8} {'ppl x ref':>9}  dtype: CPU fast paths",
+        f" {report['workload']['perplexity_text']}; 1-strm: one request alone,"
+        f" {report['workload']['single_stream_tokens']} tokens, decode tok/s",
+        f"{'arm':14} {'tok/s':>8} {'x ref':>6} {'1-strm':>7} {'prefix':>7} {'posns':>7}"
+        f" {'ident':>6} {'ppl':>8} {'ppl x ref':>9}  dtype: CPU fast paths",
     ]
 
     def cell(value, spec: str, width: int) -> str:
@@ -283,12 +365,25 @@ def render(report: dict) -> str:
             continue
         lines.append(
             f"{arm['name']:14} {cell(arm['tok_s'], '8.1f', 8)} {cell(arm['tok_s_ratio'], '6.3f', 6)}"
+            f" {cell(arm['single_stream_tok_s'], '7.1f', 7)}"
             f" {cell(arm['agreement_prefix'], '7.3f', 7)}"
             f" {cell(arm['agreement_positions'], '7.3f', 7)}"
             f" {cell(arm['identical_outputs'], '6.2f', 6)} {cell(arm['perplexity'], '8.3f', 8)}"
             f" {cell(arm['perplexity_ratio'], '9.4f', 9)}  {arm['dtype']}:"
             f" {', '.join(arm['cpu_fast_paths']) or 'plain torch'}"
         )
+    if report["llamacpp"]:
+        lines.append(
+            "# llama.cpp (llama-bench -p 0 -n tokens, 3 repetitions; llama-perplexity -c 256"
+            " over the same passages)"
+        )
+        lines.append(f"{'format':14} {'1-strm':>8} {'+-':>6} {'ppl':>8} {'ppl x bf16':>10}")
+        for row in report["llamacpp"]:
+            lines.append(
+                f"{row['format']:14} {row['single_stream_tok_s']:8.1f}"
+                f" {row['single_stream_stddev']:6.1f} {row['perplexity_ctx256']:8.3f}"
+                f" {row['perplexity_ratio']:10.4f}"
+            )
     return "\n".join(lines) + "\n"
 
 
