@@ -229,12 +229,14 @@ def main(argv: list[str] | None = None) -> None:
     rng = random.Random(0)
     # Enough tokens for every timed step; not more, since the scheduler
     # admits only the sequences whose max_tokens fit the KV pool.
+    # Sequences prefilled early decode during the later prefill steps.
+    lengths = [rng.randint(16, args.max_prompt) for _ in range(args.batch)]
+    prefill_steps = -(-sum(lengths) // args.budget) + args.batch
     params = SamplingParams(
-        max_tokens=args.steps + args.profile_steps + 10 * args.ab_blocks + 8,
+        max_tokens=prefill_steps + args.steps + args.profile_steps + 10 * args.ab_blocks + 8,
         temperature=0.0,
         ignore_eos=True,
     )
-    lengths = [rng.randint(16, args.max_prompt) for _ in range(args.batch)]
     for i, length in enumerate(lengths):
         engine.add_request(f"r{i}", [rng.randrange(100, 49000) for _ in range(length)], params)
     started = time.perf_counter()
@@ -260,6 +262,8 @@ def main(argv: list[str] | None = None) -> None:
         runner_module.sample = sample
         del runner.model.forward
         del runner.prepare
+    if len(engine.scheduler.running) != args.batch:
+        raise SystemExit(f"only {len(engine.scheduler.running)} sequences left decoding")
     report(
         f"decode step, batch {args.batch}, {args.threads} threads, mean of {args.steps}: "
         f"{wall * 1e3:.2f} ms wall (fastest {fastest * 1e3:.2f}), {cpu * 1e3:.2f} ms CPU"
