@@ -80,9 +80,9 @@ def test_switched_off_engine_generates_the_same_tokens(demo_dir, monkeypatch):
     off = bf16_engine(demo_dir)
     assert off.runner.model.decode_layers is None
     assert "decode-layers" not in off.cpu_fast_paths
-    params = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
-    expected = [o.token_ids for o in off.generate(prompts(), params)]
-    assert [o.token_ids for o in on.generate(prompts(), params)] == expected
+    params = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    expected = [o.token_ids for o in off.generate(prompts()[:2], params)]
+    assert [o.token_ids for o in on.generate(prompts()[:2], params)] == expected
 
 
 def test_models_without_tile_linears_or_fast_paths_keep_the_python_loop(demo_dir, monkeypatch):
