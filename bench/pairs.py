@@ -360,8 +360,22 @@ def main(argv: list[str] | None = None) -> int:
                     shape=workloads.shape_of(name),
                     load=(load, os.getloadavg()[0]),
                 )
+                # Each finished suite is on disk at once: a run stopped
+                # half-way (a time limit) keeps what it measured.
+                write_summary(args, argv, started, load_before, peers, names, results)
         finally:
             peers.close()
+    summary = write_summary(args, argv, started, load_before, peers, names, results)
+    print_table(summary)
+    progress(f"wrote {args.out}")
+    return (
+        0 if len(results) == len(names) and all("ratio_tok_s" in s for s in results.values()) else 1
+    )
+
+
+def write_summary(args, argv, started, load_before, peers, names, results) -> dict:
+    """The run so far as JSON at ``args.out``; ``complete`` says whether
+    every suite asked for is in it."""
     summary = {
         "command": " ".join(
             ["python", "-m", "bench.pairs", *(argv if argv is not None else sys.argv[1:])]
@@ -378,12 +392,11 @@ def main(argv: list[str] | None = None) -> int:
         "processes": peers.started,
         "vllm_modes_failed": peers.failed_modes,
         "suites": {name: results[name] for name in names if name in results},
+        "complete": all(name in results for name in names),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=1, default=str) + "\n")
-    print_table(summary)
-    progress(f"wrote {args.out}")
-    return 0 if all("ratio_tok_s" in s for s in results.values()) else 1
+    return summary
 
 
 if __name__ == "__main__":
