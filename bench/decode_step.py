@@ -32,17 +32,22 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="plain torch: no CPU kernels, no packed linears (EngineConfig.cpu_fast_paths)",
     )
+    parser.add_argument(
+        "--kv-cache-dtype", default="auto", choices=["auto", "int8"], help="EngineConfig field"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     engine = LLMEngine.from_pretrained(
         ensure_demo_model(),
         dtype=args.dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
         kv_cache_bytes=2 << 30,
         max_num_seqs=args.requests,
         max_num_batched_tokens=args.budget,
         cpu_fast_paths=not args.no_fast_paths,
     )
     print(f"CPU fast paths: {engine.runner.model.cpu_fast_paths or 'off'}")
+    print(f"KV cache: {engine.config.cache_dtype}, {engine.config.num_kv_blocks} blocks")
     rng = random.Random(0)
     params = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
     lengths = [rng.randint(16, 1024) for _ in range(args.requests)]

@@ -45,7 +45,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--model", required=True, help="served model name")
         parser.add_argument("--worker-id", default=None, help="default: host-pid-random")
-        parser.add_argument("--dtype", default=None, help="auto (default), float32, bfloat16 or float16")
+        parser.add_argument(
+            "--dtype", default=None, help="auto (default), float32, bfloat16 or float16"
+        )
         parser.add_argument("--kv-cache-mb", type=int, default=None, help="KV cache size")
         parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
         parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -247,12 +249,14 @@ class Command(BaseCommand):
 
         dtype = options["dtype"] or settings.ENGINE_DTYPE
         kv_mb = options["kv_cache_mb"] or settings.ENGINE_KV_CACHE_MB
-        self._say(f"model {name}: loading {model_dir} ({dtype}, {kv_mb} MiB KV cache)")
+        kv_dtype = settings.ENGINE_KV_CACHE_DTYPE
+        self._say(f"model {name}: loading {model_dir} ({dtype}, {kv_mb} MiB {kv_dtype} KV cache)")
         started = time.monotonic()
         engine = LLMEngine.from_pretrained(
             model_dir,
             dtype=dtype,
             kv_cache_bytes=kv_mb << 20,
+            kv_cache_dtype=kv_dtype,
             max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
             model_id=name,
             device=options["device"],
