@@ -2,15 +2,16 @@
 same batch through the offline engine.
 
     python -m bench.batch [--lines 48] [--batch-max-tokens 32] [--rate 1.0]
-        [--duration 20] [--max-tokens 16] [--batch-in-flight 64]
+        [--duration 20] [--max-tokens 16] [--batch-in-flight 256]
         [--out bench/results/batch.json]
 
 The issue's run is ``--lines 2000``. Starts the load benchmark's topology
 (``bench/load_topology.py``: a private redis-server, one ``gpuworker`` with
 its metrics port, Daphne, on a PostgreSQL database of its own) plus a
 Celery worker on the ``batches`` queue, with ``BATCH_MAX_IN_FLIGHT_PER_*``
-at ``--batch-in-flight`` (the engine's 64 sequences by default, so the batch
-can fill the engine as the offline run does). Then:
+at ``--batch-in-flight`` (256: above the feeder's own pacing bound, the
+engine's 64 seats and 32 lines queued behind them, so the batch fills the
+engine as the offline run does). Then:
 
 1. interactive alone: one streaming chat completion every ``1/--rate``
    seconds for ``--duration`` seconds (``bench.load``'s client, with
@@ -94,8 +95,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--batch-in-flight",
         type=int,
-        default=64,
-        help="BATCH_MAX_IN_FLIGHT_PER_BATCH and _PER_TENANT (the engine's max_num_seqs: 64)",
+        default=256,
+        help="BATCH_MAX_IN_FLIGHT_PER_BATCH and _PER_TENANT: the caps; the feeder's "
+        "pacing bound (batches/services/pacing.py: the worker's 64 seats and 32 queued) "
+        "decides below them",
     )
     parser.add_argument("--skip-offline", action="store_true", help="no offline engine run")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "batch.json")
@@ -247,18 +250,61 @@ class Counter:
     def steady_rate(self, start: float, total: float) -> float | None:
         """Tokens per second between 10% and 90% of ``total`` tokens counted
         from ``start`` (the counter's value when the phase began)."""
-
-        def reached(fraction: float) -> float | None:
-            goal = start + fraction * total
-            for (t0, v0), (t1, v1) in zip(self.samples, self.samples[1:], strict=False):
-                if v0 <= goal <= v1 and v1 > v0:
-                    return t0 + (goal - v0) / (v1 - v0) * (t1 - t0)
-            return None
-
-        low, high = reached(0.1), reached(0.9)
+        low, high = self.reached(start, 0.1 * total), self.reached(start, 0.9 * total)
         if low is None or high is None or high <= low:
             return None
         return 0.8 * total / (high - low)
+
+    def stopped(self) -> float | None:
+        """When the counter took its last value (None before two samples)."""
+        if len(self.samples) < 2:
+            return None
+        last = self.samples[-1][1]
+        return next(t for t, v in self.samples if v == last)
+
+    def reached(self, start: float, tokens: float) -> float | None:
+        """When the counter first passed ``start + tokens`` (linear between
+        samples); None if it never did."""
+        goal = start + tokens
+        for (t0, v0), (t1, v1) in zip(self.samples, self.samples[1:], strict=False):
+            if v0 <= goal <= v1 and v1 > v0:
+                return t0 + (goal - v0) / (v1 - v0) * (t1 - t0)
+        return None
+
+
+def phases(counter: Counter, start: float, total: float, seen: dict[str, float]) -> dict:
+    """Where a batch's time went, in seconds from ``batches.create``:
+    validate (until it was seen in_progress), ramp (until 10% of its tokens:
+    claims, the request path, the first prefills), steady (10% to 90%), tail
+    (90% to its last token: the last lines, fewer than fill the engine),
+    finalize (last token until it was seen completed: the last lines'
+    results, the output file). Status is polled every 0.5 s, so each edge
+    is known to about that."""
+    created = seen["created"]
+    edges = {
+        "in_progress": seen.get("in_progress"),
+        "first_token": counter.reached(start, 1),
+        "tokens_10": counter.reached(start, 0.1 * total),
+        "tokens_90": counter.reached(start, 0.9 * total),
+        # The worker's counter can trail the output file's usage by a few
+        # tokens at the last sample: then when it stopped growing.
+        "last_token": counter.reached(start, total) or counter.stopped(),
+        "done": seen.get("done"),
+    }
+    if any(value is None for value in edges.values()):
+        return {"edges_s": {k: v and round(v - created, 2) for k, v in edges.items()}}
+    spans = {
+        "validate": edges["in_progress"] - created,
+        "ramp": edges["tokens_10"] - edges["in_progress"],
+        "steady": edges["tokens_90"] - edges["tokens_10"],
+        "tail": edges["last_token"] - edges["tokens_90"],
+        "finalize": edges["done"] - edges["last_token"],
+    }
+    return {
+        "edges_s": {k: round(v - created, 2) for k, v in edges.items()},
+        "phases_s": {k: round(v, 2) for k, v in spans.items()},
+        "steady_tok_per_s": round(0.8 * total / spans["steady"], 1) if spans["steady"] else None,
+    }
 
 
 async def run_batch(topology: BatchTopology, key: str, args, *, beside: bool) -> dict:
@@ -278,10 +324,15 @@ async def run_batch(topology: BatchTopology, key: str, args, *, beside: bool) ->
     )
     streams: asyncio.Task | None = None
     window: list[float] = []
+    seen = {"created": created}
     while True:
         batch = await client.batches.retrieve(batch.id)
         flowing = await counter.sample() > start_tokens
         finished = batch.status in ("completed", "failed", "expired", "cancelled")
+        if batch.status != "validating":
+            seen.setdefault("in_progress", time.monotonic())
+        if finished:
+            seen.setdefault("done", time.monotonic())
         if beside and streams is None and (flowing or finished):
             # The worker generates the batch's tokens: the window opens with
             # the interactive load.
@@ -318,6 +369,7 @@ async def run_batch(topology: BatchTopology, key: str, args, *, beside: bool) ->
     if not beside:
         rate = counter.steady_rate(start_tokens, tokens)
         figures["worker_capacity_tok_per_s"] = round(rate, 1) if rate else None
+        figures["breakdown"] = phases(counter, start_tokens, tokens, seen)
     else:
         opened, closed = window
         worker = counter.at(closed) - counter.at(opened)

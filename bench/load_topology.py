@@ -49,6 +49,9 @@ class Topology:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.worker_id = f"bench-load-{os.getpid()}"
+        # A folder: each process appends its spans to <name>.jsonl there
+        # (TRACES_FILE, wire.tracing); None: no tracing.
+        self.traces: Path | None = None
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
@@ -68,7 +71,10 @@ class Topology:
 
     def _start(self, name: str, cmd: list[str]) -> subprocess.Popen:
         log = (self.logs / f"{name}.log").open("w")
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT)
+        env = self.env()
+        if self.traces is not None:
+            env["TRACES_FILE"] = str(self.traces / f"{name}.jsonl")
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append((name, proc))
         return proc
 
@@ -171,6 +177,28 @@ def prepare_database(topology: Topology) -> str:
         text=True,
     )
     return done.stdout.strip().splitlines()[-1]
+
+
+def publish_snapshot(topology: Topology) -> int:
+    """Publish the control snapshot to the running topology's Redis, as
+    Celery beat does in production (``bin/run --topology``): the web then
+    finds models, tiers and routing settings there instead of in the
+    database. Its readers see it within FLEET_SNAPSHOT_REFRESH seconds."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-c",
+            "from fleet.services import snapshot_publish; print(snapshot_publish())",
+        ],
+        cwd=ROOT,
+        env=topology.env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(done.stdout.strip().splitlines()[-1])
 
 
 def create_tenant_key(*, max_concurrent: int) -> str:

@@ -49,7 +49,10 @@ def _load_engine():
         kv_cache_bytes=settings.ENGINE_KV_CACHE_MB << 20,
         kv_cache_dtype=settings.ENGINE_KV_CACHE_DTYPE,
         max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
+        quantization=settings.ENGINE_QUANTIZATION,
         model_id=settings.DEMO_MODEL_NAME,
+        batch_step_tokens=settings.ENGINE_BATCH_STEP_TOKENS,
+        batch_yield_seconds=settings.ENGINE_BATCH_YIELD_SECONDS,
         **scheduling_options(),
     )
 

@@ -114,9 +114,17 @@ class TracingMiddleware(ResponseMiddleware):
 
 
 async def _ending_with(content: AsyncIterator[bytes], span: Span) -> AsyncIterator[bytes]:
-    """The stream's bytes; ``span`` ends after the last (or on disconnect)."""
+    """The stream's bytes; ``span`` ends after the last (or on disconnect).
+
+    ``first_chunk`` marks the first body part handed to the server: for SSE
+    the first frame a client sees (its time to first token, less the write).
+    """
+    first = True
     try:
         async for part in content:
+            if first:
+                first = False
+                span.add_event("first_chunk")
             yield part
     finally:
         span.end()

@@ -18,6 +18,7 @@ from fleet.models import Deployment, Rollout, RoutingSettings, ServedModel
 from fleet.snapshot import snapshot_current
 from tenants.models import Tier
 from tokenization.files import converted_demo_dir
+from wire.snapshot import Snapshot
 from wire.workers import WorkerInfo
 
 
@@ -103,6 +104,16 @@ def rollout_active(*, model: str) -> Rollout | None:
     return Rollout.objects.filter(model_name=model, state=Rollout.State.RAMPING).first()
 
 
+def catalog_model_listed(snapshot: Snapshot | None, *, name: str, tier: Tier) -> ServedModel | None:
+    """The model ``name`` if ``snapshot`` lists it for ``tier``; None says
+    nothing (``catalog_model_get`` then asks the database). No I/O: an
+    async caller needs no thread for the common case."""
+    entry = snapshot.models.get(name) if snapshot else None
+    if entry is not None and tier.name in entry.tiers:
+        return ServedModel(name=entry.name, path=entry.path, context_length=entry.context_length)
+    return None
+
+
 def catalog_model_get(*, name: str, tier: Tier) -> ServedModel | None:
     """The model ``name`` if ``tier`` may call it: from the snapshot, else the database.
 
@@ -111,10 +122,9 @@ def catalog_model_get(*, name: str, tier: Tier) -> ServedModel | None:
     last publication) is looked up in the database; with the database down
     that is a 404, like an unknown model.
     """
-    snapshot = snapshot_current()
-    entry = snapshot.models.get(name) if snapshot else None
-    if entry is not None and tier.name in entry.tiers:
-        return ServedModel(name=entry.name, path=entry.path, context_length=entry.context_length)
+    listed = catalog_model_listed(snapshot_current(), name=name, tier=tier)
+    if listed is not None:
+        return listed
     if db_marked_down():
         return None
     try:

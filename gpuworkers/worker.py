@@ -10,8 +10,9 @@ in ``gpuworkers.heartbeat``).
 Nothing here touches the database: the request path is bus, engine, bus.
 
 Intake: a request polled stays pending on the bus until its ``created``
-event is published (or it ended), then it is acked; a worker that dies
-before that leaves it to a peer of the model (``wire.bus``). Draining
+event is published (or it ended), then it is acked, after the iteration's
+engine step (no Redis round trip before the prefill); a worker that dies
+before ``created`` leaves it to a peer of the model (``wire.bus``). Draining
 (SIGTERM): the inbox is closed to new requests (peers take what is queued
 there), running ones finish within ``drain_seconds``, what is left then
 ends ``failed`` (``worker_shutdown``); requests that no live peer can take
@@ -231,9 +232,9 @@ class WorkerLoop:
         if requests:
             # ``created`` goes out now, not after a possibly long prefill step.
             self._flush()
-            # Started: from now on no other worker may run them.
+            # Started: from now on no other worker may run them (a peer that
+            # reclaims one sees its response stream and drops it).
             self._unacked += [r.response_id for r in requests]
-        self._ack()
         for response_id in aborts:
             if response_id in self.tracker.active:
                 self.engine.abort(response_id)
@@ -241,6 +242,10 @@ class WorkerLoop:
         if stepped:
             self._step()
         self._flush()
+        # After the step: a round trip to Redis less between a request's
+        # intake and its prefill (its first token), and the ack still
+        # follows its ``created``.
+        self._ack()
         # Waiting for work is idle time; polling between steps and the step
         # itself are busy time.
         poll_s, rest_s = polled - started, time.monotonic() - polled

@@ -14,6 +14,7 @@ can add response headers through ``ResponseTap.headers``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import replace
@@ -27,7 +28,8 @@ from redis.exceptions import RedisError
 from billing.models import UsageRecord
 from billing.services import price_multiplier_for
 from fleet.models import ServedModel
-from fleet.selectors import catalog_model_get
+from fleet.selectors import catalog_model_get, catalog_model_listed
+from fleet.snapshot import asnapshot_current
 from inference import metrics
 from inference.admission import drain
 from inference.admission.limits import (
@@ -47,11 +49,12 @@ from inference.relay.dispatch import ModelWarmingUp, NoWorkerAvailable, dispatch
 from inference.relay.tap import ResponseRoute, ResponseTap, route_cache_key
 from inference.request import ChatPrompt, InferenceRequest, new_response_id
 from inference.selectors import response_route_get
-from tenants.models import ApiKey, Tenant
+from tenants.models import ApiKey, Tenant, Tier
 from tenants.ratelimit import Ticket
 from wire import logs
 from wire.bus import BusUnavailable, get_bus
 from wire.requests import GenerationRequest
+from wire.tracing import tracer
 from wire.usage import UsageTag
 
 logger = logging.getLogger(__name__)
@@ -79,8 +82,13 @@ async def generation_start(
     if request.tenant_id != tenant.pk:
         raise ValueError(f"request of tenant {request.tenant_id} started for {tenant.pk}")
     tier = tenant.tier
-    # The control snapshot's catalog: no query on the request path.
-    model = await sync_to_async(catalog_model_get)(name=request.model, tier=tier)
+    # The control snapshot's catalog: no query on the request path, and no
+    # thread either while the snapshot lists the model (the database, for a
+    # model registered since its last publication, is asked in one).
+    with tracer.start_as_current_span("model.lookup"):
+        model = catalog_model_listed(await asnapshot_current(), name=request.model, tier=tier)
+        if model is None:
+            model = await sync_to_async(catalog_model_get)(name=request.model, tier=tier)
     # A key's allow-list narrows its tier's models; outside it the model is
     # as unknown as one the tier lacks.
     if model is None or (api_key is not None and not api_key.allows_model(model.name)):
@@ -100,27 +108,30 @@ async def generation_start(
         tenant_id=tenant.pk,
         batch=request.source == UsageRecord.Source.BATCH,
     )
-    counted = await limits_count(tenant=tenant, api_key=api_key, ticket=ticket, model=model.name)
+    with tracer.start_as_current_span("limits.count"):
+        counted = await limits_count(
+            tenant=tenant, api_key=api_key, ticket=ticket, model=model.name
+        )
     # Safety (issue 20): the prompt stage, before any tokens are claimed or
-    # billed; a blocked prompt is a 400, PII may come back redacted.
-    request, safety = await prompt_screen(
-        tenant=tenant, request=request, model=model.name, api_key=api_key, user=user
+    # billed; a blocked prompt is a 400, PII may come back redacted. The
+    # tokenizer runs alongside it (below).
+    request, safety, prepared = await _screen_and_prepare(
+        tenant=tenant, request=request, model=model, api_key=api_key, user=user
     )
-    # Tokenizing is CPU work and needs no database: any pool thread will do.
-    prepared = await offloaded(prompt_prepare)(request=request, model=model, tier=tier)
     # The budget's worst-case hold, then rate limits and quotas (issue 17):
     # atomic claims before any GPU work, both given back if it goes no further.
     sampling = prepared.sampling
-    admission = await limits_admit(
-        tenant=tenant,
-        api_key=api_key,
-        ticket=ticket,
-        model=model.name,
-        prompt_tokens=len(prepared.prompt_token_ids),
-        completion_tokens=sampling.n * sampling.max_tokens,
-        service_tier=request.service_class.value,
-        price_multiplier=price_multiplier_for(source=request.source),
-    )
+    with tracer.start_as_current_span("limits.admit"):
+        admission = await limits_admit(
+            tenant=tenant,
+            api_key=api_key,
+            ticket=ticket,
+            model=model.name,
+            prompt_tokens=len(prepared.prompt_token_ids),
+            completion_tokens=sampling.n * sampling.max_tokens,
+            service_tier=request.service_class.value,
+            price_multiplier=price_multiplier_for(source=request.source),
+        )
     # The request's place in its request window is where it was counted:
     # its remaining-requests header says so, so concurrent requests each
     # report the next one down (at admission the window may be fuller).
@@ -155,6 +166,54 @@ async def generation_start(
         raise
     tap.headers.update(decision.headers())
     return tap
+
+
+async def _screen_and_prepare(
+    *,
+    tenant: Tenant,
+    request: InferenceRequest,
+    model: ServedModel,
+    api_key: ApiKey | None,
+    user: AbstractBaseUser | None,
+) -> tuple[InferenceRequest, PromptSafety, PreparedPrompt]:
+    """The prompt's safety screen and its tokenization, at the same time.
+
+    Both are CPU work in pool threads and neither needs the other's result
+    unless the screen changes the prompt: run one after the other they were
+    two hops in a row before the first token. The screen still decides
+    first: its refusal (a 400 content_policy_violation) wins over any error
+    of the tokenizer (context length), whose tokens are dropped; a prompt
+    it redacted is tokenized again from the redacted texts.
+    """
+    tier = tenant.tier
+    preparing = asyncio.create_task(_prepare(request, model, tier))
+    try:
+        with tracer.start_as_current_span("safety.screen"):
+            screened, safety = await prompt_screen(
+                tenant=tenant, request=request, model=model.name, api_key=api_key, user=user
+            )
+    except BaseException:
+        await _discard(preparing)
+        raise
+    if screened.prompt is not request.prompt:
+        await _discard(preparing)
+        return screened, safety, await _prepare(screened, model, tier)
+    return screened, safety, await preparing
+
+
+async def _prepare(request: InferenceRequest, model: ServedModel, tier: Tier) -> PreparedPrompt:
+    # Tokenizing is CPU work and needs no database: any pool thread will do.
+    with tracer.start_as_current_span("prompt.prepare"):
+        return await offloaded(prompt_prepare)(request=request, model=model, tier=tier)
+
+
+async def _discard(task: asyncio.Task) -> None:
+    """Wait out a task whose result is not wanted, its error included (a
+    pool thread cannot be interrupted; its outcome must not go unobserved)."""
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()
 
 
 async def _dispatch(
@@ -209,7 +268,8 @@ async def _dispatch(
         tool_parsing=prompt.tool_parsing if isinstance(prompt, ChatPrompt) else None,
         service_tier=request.service_class.value,
     )
-    await response_route_save(route=route)
+    with tracer.start_as_current_span("route.save"):
+        await response_route_save(route=route)
     return ResponseTap.start(
         route,
         settlement=Settlement(admission, tag, created_at=generation.created_at),

@@ -219,6 +219,16 @@ def api_key_revoke(*, api_key: ApiKey) -> ApiKey:
     return api_key
 
 
+def api_key_touch_due(*, api_key: ApiKey) -> bool:
+    """Whether ``api_key_touch`` could write: False while the key's
+    ``last_used_at`` as loaded is within API_KEY_TOUCH_INTERVAL (the row's
+    value only grows, so its conditional UPDATE would match nothing). The
+    request path, which has just loaded the key, skips the query then, and
+    the thread hop to it."""
+    last = api_key.last_used_at
+    return last is None or last < timezone.now() - API_KEY_TOUCH_INTERVAL
+
+
 def api_key_touch(*, api_key: ApiKey) -> bool:
     """Record that the key was used; returns True when a row was written.
 

@@ -1,10 +1,12 @@
 """Running a batch's lines: each through the API's own request path.
 
-A feed round (``batch_feed``, one Celery task) keeps up to
-BATCH_MAX_IN_FLIGHT_PER_BATCH of a batch's lines in flight, and no more
-than BATCH_MAX_IN_FLIGHT_PER_TENANT across the tenant's batches, for
+A feed round (``batch_feed``, one Celery task) keeps the batch's lines in
+flight at the pacing bound (pacing.py: the seats of the engines serving
+them and a queue behind; never above BATCH_MAX_IN_FLIGHT_PER_BATCH, nor
+BATCH_MAX_IN_FLIGHT_PER_TENANT across the tenant's batches), for
 BATCH_FEED_ROUND_SECONDS; then it hands over to the next round (another
 task), so a cancel, the expiry and other batches' rounds get their turn.
+Lines that finish together are recorded together (one transaction).
 Each line is built into the surface's ``InferenceRequest`` with
 ``service_class=batch`` (the engine's class below every interactive one)
 and source ``batch`` (billed at the batch price), and started with
@@ -37,6 +39,7 @@ from django.utils import timezone
 
 from batches import metrics
 from batches.models import Batch, BatchLine
+from batches.services import pacing
 from batches.services.files import batch_storage
 from inference import services
 from inference.api.chat import chat_request
@@ -59,6 +62,8 @@ POLL_SECONDS = 1.0
 HEARTBEAT_SECONDS = 10.0
 # Wait after a line was refused for capacity (rate limits, no worker).
 BACKOFF_SECONDS = 2.0
+# How often a round looks at the fleet again for its in-flight bound.
+PACING_SECONDS = 2.0
 # What a line that never ran says in the error file, by why it did not.
 NOT_RUN = {
     "batch_cancelled": "The batch was cancelled before this request completed.",
@@ -109,8 +114,10 @@ def not_run_record(line: BatchLine, code: str) -> dict[str, Any]:
 
 
 @transaction.atomic
-def lines_claim(*, batch_id: str, want: int) -> list[BatchLine]:
-    """Up to ``want`` pending lines, within the batch's and the tenant's bounds."""
+def lines_claim(*, batch_id: str, want: int, limit: int | None = None) -> list[BatchLine]:
+    """Up to ``want`` pending lines, within the batch's and the tenant's
+    bounds; ``limit``: the batch's pacing bound, if below its cap (counted
+    over every feeder of the batch, as the caps are)."""
     batch = Batch.objects.select_for_update().get(pk=batch_id)
     if batch.status != Batch.Status.IN_PROGRESS or batch.stop_code:
         return []
@@ -120,9 +127,12 @@ def lines_claim(*, batch_id: str, want: int) -> list[BatchLine]:
     running = BatchLine.objects.filter(status=BatchLine.Status.RUNNING)
     in_batch = running.filter(batch_id=batch_id).count()
     in_tenant = running.filter(batch__tenant_id=batch.tenant_id).count()
+    per_batch = settings.BATCH_MAX_IN_FLIGHT_PER_BATCH
+    if limit is not None:
+        per_batch = min(per_batch, limit)
     room = min(
         want,
-        settings.BATCH_MAX_IN_FLIGHT_PER_BATCH - in_batch,
+        per_batch - in_batch,
         settings.BATCH_MAX_IN_FLIGHT_PER_TENANT - in_tenant,
     )
     if room <= 0:
@@ -151,26 +161,49 @@ def stale_lines_release(*, batch_id: str) -> int:
     ).update(status=BatchLine.Status.PENDING, claimed_at=None)
 
 
-@transaction.atomic
 def line_finish(*, line: BatchLine, result: LineResult) -> None:
     """Store the line's one result (once: a line no longer running is left)."""
-    if result.outcome == Outcome.RETRY:
-        BatchLine.objects.filter(pk=line.pk, status=BatchLine.Status.RUNNING).update(
+    lines_finish(results=[(line, result)])
+
+
+@transaction.atomic
+def lines_finish(*, results: list[tuple[BatchLine, LineResult]]) -> None:
+    """Store each line's one result, all in one transaction and a few
+    statements whatever their number (lines that started together finish
+    together); a line no longer running is left as it is."""
+    retry = [line.pk for line, result in results if result.outcome == Outcome.RETRY]
+    if retry:
+        BatchLine.objects.filter(pk__in=retry, status=BatchLine.Status.RUNNING).update(
             status=BatchLine.Status.PENDING, claimed_at=None
         )
+    ended = {line.pk: (line, result) for line, result in results if result.outcome != Outcome.RETRY}
+    if not ended:
         return
-    succeeded = result.outcome == Outcome.SUCCEEDED
-    status = BatchLine.Status.SUCCEEDED if succeeded else BatchLine.Status.FAILED
-    updated = BatchLine.objects.filter(pk=line.pk, status=BatchLine.Status.RUNNING).update(
-        status=status, result=result.record
+    still_running = (
+        BatchLine.objects.select_for_update()
+        .filter(pk__in=list(ended), status=BatchLine.Status.RUNNING)
+        .values_list("pk", flat=True)
     )
-    if not updated:
+    rows: list[BatchLine] = []
+    changes: dict[str, dict[str, Any]] = {}
+    for pk in still_running:
+        line, result = ended[pk]
+        succeeded = result.outcome == Outcome.SUCCEEDED
+        status = BatchLine.Status.SUCCEEDED if succeeded else BatchLine.Status.FAILED
+        rows.append(BatchLine(pk=pk, status=status, result=result.record))
+        counts = changes.setdefault(line.batch_id, {"completed": 0, "failed": 0, "stop": False})
+        counts["completed" if succeeded else "failed"] += 1
+        counts["stop"] |= result.outcome == Outcome.STOP
+    if not rows:
         return
-    counter = "completed" if succeeded else "failed"
-    changes: dict[str, Any] = {counter: F(counter) + 1}
-    if result.outcome == Outcome.STOP:
-        changes["stop_code"] = "insufficient_quota"
-    Batch.objects.filter(pk=line.batch_id).update(**changes)
+    BatchLine.objects.bulk_update(rows, ["status", "result"])
+    for batch_id, counts in changes.items():
+        update: dict[str, Any] = {
+            name: F(name) + counts[name] for name in ("completed", "failed") if counts[name]
+        }
+        if counts["stop"]:
+            update["stop_code"] = "insufficient_quota"
+        Batch.objects.filter(pk=batch_id).update(**update)
 
 
 # --- One line through the request path -------------------------------------
@@ -265,6 +298,17 @@ def batch_feed(*, batch_id: str) -> Next:
     return async_to_sync(_feed)(batch_id)
 
 
+def _batch_models(batch_id: str) -> list[str]:
+    """The models the batch's lines name (what its pacing bound counts)."""
+    models = (
+        BatchLine.objects.filter(batch_id=batch_id)
+        .order_by()
+        .values_list("body__model", flat=True)
+        .distinct()
+    )
+    return [m for m in models[:64] if isinstance(m, str)]
+
+
 def _batch_load(batch_id: str) -> tuple[Batch | None, ApiKey | None]:
     batch = Batch.objects.filter(pk=batch_id).first()
     if batch is None:
@@ -303,21 +347,29 @@ async def _feed(batch_id: str) -> Next:
         return Next.NOTHING
     await sync_to_async(stale_lines_release)(batch_id=batch_id)
     await sync_to_async(_heartbeat)(batch_id)
+    models = await sync_to_async(_batch_models)(batch_id)
     beat = time.monotonic()
     deadline = beat + settings.BATCH_FEED_ROUND_SECONDS
     running: dict[asyncio.Task, BatchLine] = {}
     stopped: str | None = None
     backoff_until = 0.0
+    target, paced_at = settings.BATCH_MAX_IN_FLIGHT_PER_BATCH, -PACING_SECONDS
     try:
         while True:
             stopped = _stop_reason(batch, key)
             if stopped is not None:
                 break
             now = time.monotonic()
+            if now - paced_at >= PACING_SECONDS:
+                cap = settings.BATCH_MAX_IN_FLIGHT_PER_BATCH
+                target, paced_at = await pacing.in_flight_target_now(models, cap), now
             if now < deadline and now >= backoff_until:
-                want = settings.BATCH_MAX_IN_FLIGHT_PER_BATCH - len(running)
+                want = target - len(running)
                 if want > 0:
-                    for line in await sync_to_async(lines_claim)(batch_id=batch_id, want=want):
+                    claimed = await sync_to_async(lines_claim)(
+                        batch_id=batch_id, want=want, limit=target
+                    )
+                    for line in claimed:
                         task = asyncio.create_task(line_run(line=line, batch=batch, api_key=key))
                         running[task] = line
                         metrics.RUNNING.inc()
@@ -326,6 +378,7 @@ async def _feed(batch_id: str) -> Next:
             done, _ = await asyncio.wait(
                 running, timeout=POLL_SECONDS, return_when=asyncio.FIRST_COMPLETED
             )
+            finished = []
             for task in done:
                 line = running.pop(task)
                 metrics.RUNNING.dec()
@@ -333,7 +386,9 @@ async def _feed(batch_id: str) -> Next:
                 _count(result)
                 if result.outcome == Outcome.RETRY:
                     backoff_until = time.monotonic() + BACKOFF_SECONDS
-                await sync_to_async(line_finish)(line=line, result=result)
+                finished.append((line, result))
+            if finished:
+                await sync_to_async(lines_finish)(results=finished)
             batch = await sync_to_async(Batch.objects.get)(pk=batch_id)
             if time.monotonic() - beat > heartbeat_seconds():
                 ids = [line.pk for line in running.values()]
@@ -344,6 +399,7 @@ async def _feed(batch_id: str) -> Next:
         # still in flight are aborted (their taps abandon the generation).
         for task in running:
             task.cancel()
+        finished = []
         for task, line in running.items():
             metrics.RUNNING.dec()
             try:
@@ -351,7 +407,9 @@ async def _feed(batch_id: str) -> Next:
             except asyncio.CancelledError:
                 continue
             _count(result)
-            await sync_to_async(line_finish)(line=line, result=result)
+            finished.append((line, result))
+        if finished:
+            await sync_to_async(lines_finish)(results=finished)
         if running:
             await sync_to_async(_lines_unclaim)(lines=list(running.values()))
         # The lines' usage settles in the relay's background tasks, on this

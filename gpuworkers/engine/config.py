@@ -49,6 +49,11 @@ class EngineConfig:
     # in bfloat16 also fused element-wise kernels and linear weights
     # pre-packed for oneDNN. Off: plain torch everywhere.
     cpu_fast_paths: bool = True
+    # Weight-only quantization of every linear layer, the LM head included
+    # (engine/quantization.py): None keeps the weights in ``dtype``; "int8"
+    # keeps them as int8 with a float32 scale per output channel, which
+    # halves the bytes a decode step reads in bfloat16. CPU only.
+    quantization: str | None = None
     block_size: int = 16
     # The KV pool's element type: "auto" is the model dtype; "int8" stores
     # K and V as int8 with a float32 scale per (token, kv head), so
@@ -103,6 +108,16 @@ class EngineConfig:
     # at once. (KV exhaustion under optimistic admission may still take a
     # guarded one when no other is left: the step must make room.)
     preempt_min_steps: int = 4
+    # The batch class's budget ("fair" policy). An interactive request that
+    # arrives waits for the step in flight, whose length grows with its
+    # rows (about 11 ms + 1.3 ms per row here, see speculative_fixed_cost_rows):
+    # 64 batch decodes make every step several times an interactive one. So
+    # while interactive work was queued or running within the last
+    # batch_yield_seconds, batch sequences compute at most
+    # batch_step_tokens tokens per step (decodes and prefill chunks
+    # together); with none about, batch takes the whole step. 0: no cap.
+    batch_step_tokens: int = 16
+    batch_yield_seconds: float = 5.0
     num_threads: int = 0  # 0: leave torch's default
     # Every step batch-invariant: a request's tokens and logprobs are the
     # same bits whatever the prefix-cache state, chunking and the rest of
@@ -156,6 +171,11 @@ class EngineConfig:
                 " int8 KV cache (its quantized cache is fp8, not offered here); use"
                 " kv_cache_dtype='auto' with flashinfer, or attention_backend='torch'"
             )
+        from gpuworkers.engine.quantization import check_quantization
+
+        self.quantization = check_quantization(self.quantization)
+        if self.quantization and self.device != "cpu":
+            raise ValueError(f"quantization {self.quantization!r} runs on CPU only")
         if self.deterministic and self.attention_backend == "flashinfer":
             raise ValueError("deterministic mode needs the torch attention backend")
         if self.speculative_method not in (None, "ngram"):
@@ -170,6 +190,8 @@ class EngineConfig:
             raise ValueError(
                 "fair_preempt_margin, fair_counter_slack and preempt_min_steps must be >= 0"
             )
+        if self.batch_step_tokens < 0 or self.batch_yield_seconds < 0:
+            raise ValueError("batch_step_tokens and batch_yield_seconds must be >= 0")
         if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
             raise ValueError("need 1 <= prompt_lookup_min <= prompt_lookup_max")
 

@@ -106,7 +106,12 @@ class LLMEngine:
         if config.num_kv_blocks < 2:
             raise ValueError("kv_cache_bytes is too small for two KV blocks")
         model, model_cfg = load_model(
-            path, config.dtype, config.device, config.max_model_len, config.cpu_fast_paths
+            path,
+            config.dtype,
+            config.device,
+            config.max_model_len,
+            config.cpu_fast_paths,
+            config.quantization,
         )
         return cls(config, model, model_cfg, load_tokenizer(str(path)))
 

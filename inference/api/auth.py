@@ -23,7 +23,8 @@ from fleet.fallback import (
 from inference.errors import AuthenticationFailed, PermissionDenied, ServiceUnavailable
 from tenants.models import ApiKey
 from tenants.selectors import api_key_authenticate
-from tenants.services import api_key_touch
+from tenants.services import api_key_touch, api_key_touch_due
+from wire.tracing import tracer
 
 
 def _mask(raw_key: str) -> str:
@@ -33,6 +34,10 @@ def _mask(raw_key: str) -> str:
 
 class ApiKeyAuth(HttpBearer):
     async def authenticate(self, request: HttpRequest, token: str) -> ApiKey:
+        with tracer.start_as_current_span("auth"):
+            return await self._authenticate(token)
+
+    async def _authenticate(self, token: str) -> ApiKey:
         api_key = await _authenticate(token)
         if api_key is None:
             raise AuthenticationFailed(f"Incorrect API key provided: {_mask(token)}.")
@@ -42,7 +47,9 @@ class ApiKeyAuth(HttpBearer):
                 f"The {tier.name} tier has no API access; use the web console or upgrade.",
                 code="api_access_denied",
             )
-        if not db_marked_down():
+        # Once a minute at most: skipped without a query (or a thread hop)
+        # while the key as just loaded says it was used recently.
+        if api_key_touch_due(api_key=api_key) and not db_marked_down():
             try:
                 await sync_to_async(api_key_touch)(api_key=api_key)
             except DB_UNREACHABLE:
@@ -54,18 +61,12 @@ async def _authenticate(token: str) -> ApiKey | None:
     """The database's answer; with PostgreSQL down, the recent-success cache's."""
     if not db_marked_down():
         try:
-            api_key = await sync_to_async(api_key_authenticate)(raw_key=token)
+            return await sync_to_async(_authenticate_in_db)(token)
         except DataError:
             # A token no key row could hold (a NUL byte): no such key.
             return None
         except DB_UNREACHABLE:
             db_mark_down()
-        else:
-            if api_key is None:
-                await sync_to_async(auth_cache_forget)(raw_key=token)
-            else:
-                await sync_to_async(auth_cache_remember)(api_key=api_key)
-            return api_key
     try:
         return await sync_to_async(auth_cache_authenticate)(raw_key=token)
     except KeyUnverifiable as exc:
@@ -75,6 +76,17 @@ async def _authenticate(token: str) -> ApiKey | None:
             code="database_unavailable",
             headers={"Retry-After": "5"},
         ) from exc
+
+
+def _authenticate_in_db(token: str) -> ApiKey | None:
+    """The key's lookup and the fallback cache's update, in one thread hop
+    (each hop is a wait on the request's way to its first token)."""
+    api_key = api_key_authenticate(raw_key=token)
+    if api_key is None:
+        auth_cache_forget(raw_key=token)
+    else:
+        auth_cache_remember(api_key=api_key)
+    return api_key
 
 
 api_key_auth = ApiKeyAuth()

@@ -29,6 +29,7 @@ from inference.errors import ModelNotFound, install_error_handlers
 from inference.offload import offloaded
 from inference.relay import tap as relay
 from inference.storable import unstorable_reason
+from wire.tracing import tracer
 
 OWNED_BY = "llm-platform"
 ERRORS = {code: ErrorResponse for code in (400, 401, 403, 404, 413, 429, 500, 503)}
@@ -117,9 +118,10 @@ async def create_chat_completion(request: HttpRequest, payload: ChatCompletionRe
     # X-Conversation-Id: the routing key's conversation (fleet.routing).
     key = request.auth
     # Compiles the tools' schemas: CPU work, off the event loop.
-    internal = await offloaded(chat_request)(
-        payload, tenant=key.tenant, conversation_id=request.headers.get("X-Conversation-Id")
-    )
+    with tracer.start_as_current_span("request.build"):
+        internal = await offloaded(chat_request)(
+            payload, tenant=key.tenant, conversation_id=request.headers.get("X-Conversation-Id")
+        )
     tap = await services.generation_start(request=internal, tenant=key.tenant, api_key=key)
     if payload.stream:
         resumable = sse.wants_resumable(request.headers.get(sse.RESUMABLE_HEADER))

@@ -25,6 +25,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.http import JsonResponse
+from opentelemetry.trace import Span
 
 from inference import metrics
 from inference.admission.limits import LeaseKeeper
@@ -204,9 +205,9 @@ class ResponseTap:
             metrics.STREAMS_OPEN.labels(route.model).track_inprogress(),
             tracer.start_as_current_span("relay", attributes=attributes) as span,
         ):
-            span.set_attribute("llm.outcome", await self._relay())
+            span.set_attribute("llm.outcome", await self._relay(span))
 
-    async def _relay(self) -> str:
+    async def _relay(self, span: Span) -> str:
         """Read the events through the terminal one; returns its type."""
         ledger = self._ledger
         terminal: Terminal | None = None
@@ -228,6 +229,8 @@ class ResponseTap:
                 else:
                     if awaiting_first_token and _has_tokens(event):
                         awaiting_first_token = False
+                        # The worker's first token, read off the bus here.
+                        span.add_event("first_token")
                         metrics.first_token_observe(
                             tier=self.route.tier,
                             model=self.route.model,

@@ -12,7 +12,7 @@ from django.utils import timezone
 from batches.models import Batch, BatchLine
 from batches.services import batches as batch_services
 from batches.services import execution
-from batches.services.execution import Next
+from batches.services.execution import LineResult, Next, Outcome
 from batches.services.files import file_open, file_upload
 from billing.models import Price, UsageRecord
 from tests.batches.conftest import chat_line, jsonl
@@ -254,3 +254,30 @@ async def test_batch_lines_do_not_count_against_the_keys_requests_per_minute(
         return await sync_to_async(sources)() == ["api"] * 2 + ["batch"] * 5
 
     await async_wait_until(all_billed, timeout=10)
+
+
+@pytest.mark.usefixtures("demo_model", "batch_files")
+def test_lines_that_finish_together_are_recorded_in_one_go(api_key_factory):
+    """A claim stays within the pacing bound; the lines finished together
+    are stored at once: results, the batch's counters, a budget stop; a
+    line no longer running (another feeder's now) is left as it is."""
+    key, _ = api_key_factory(tier="pro")
+    batch = new_batch(key, 5)
+    claimed = execution.lines_claim(batch_id=batch.pk, want=5, limit=3)
+    assert [line.line for line in claimed] == [1, 2, 3]
+    assert execution.lines_claim(batch_id=batch.pk, want=5, limit=3) == []
+    ok, stop, gone = claimed
+    BatchLine.objects.filter(pk=gone.pk).update(status="pending", claimed_at=None)
+    record = {"id": "x", "custom_id": "c", "response": {}, "error": None}
+    execution.lines_finish(
+        results=[
+            (ok, LineResult(Outcome.SUCCEEDED, record)),
+            (stop, LineResult(Outcome.STOP, record)),
+            (gone, LineResult(Outcome.SUCCEEDED, record)),
+        ]
+    )
+    statuses = dict(BatchLine.objects.filter(batch=batch).values_list("line", "status"))
+    assert statuses == {1: "succeeded", 2: "failed", 3: "pending", 4: "pending", 5: "pending"}
+    assert BatchLine.objects.get(pk=ok.pk).result == record
+    batch.refresh_from_db()
+    assert (batch.completed, batch.failed, batch.stop_code) == (1, 1, "insufficient_quota")

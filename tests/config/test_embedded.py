@@ -64,3 +64,11 @@ async def test_first_dispatch_starts_the_embedded_engine_once(embedded_settings)
     assert started.worker_id == worker.worker_id
     # Both sides share the one in-process bus.
     assert get_bus() is started.loop.bus
+
+
+def test_a_bad_engine_quantization_stops_the_engine_with_a_clear_error(settings):
+    """ENGINE_QUANTIZATION reaches the engine's configuration, which refuses
+    an unknown value (before any weights load) and names what it takes."""
+    settings.ENGINE_QUANTIZATION = "int4"
+    with pytest.raises(ValueError, match=r"unknown quantization 'int4': expected one of int8"):
+        embedded_setup._load_engine()

@@ -15,12 +15,14 @@ import io
 import json
 import logging
 import threading
+import time
 import uuid
 
 import pytest
 from asgiref.sync import sync_to_async
 from opentelemetry.trace import SpanKind
 
+from bench.ttft_stages import STAGES, Span, stages_of
 from gpuworkers.worker import WorkerLoop
 from inference.relay import tap as relay
 from tests.helpers import async_wait_until
@@ -39,6 +41,17 @@ pytestmark = [
 
 WORKER_SPANS = {"gpuworker.request", "engine.queued", "engine.prefill", "engine.decode"}
 WEB_SPANS = {"POST /v1/chat/completions", "dispatch", "bus.submit", "relay", "usage.settle"}
+# The web's steps before the enqueue, one span each (bench.ttft_stages).
+STAGE_SPANS = {
+    "auth",
+    "request.build",
+    "model.lookup",
+    "limits.count",
+    "safety.screen",
+    "prompt.prepare",
+    "limits.admit",
+    "route.save",
+}
 
 
 @pytest.fixture
@@ -88,10 +101,12 @@ async def test_one_streamed_request_is_one_trace_from_http_to_engine(
     )
 
     trace = spans_of_trace(recorded_spans, http.context.trace_id)
-    assert set(trace) == WEB_SPANS | WORKER_SPANS
+    assert set(trace) == WEB_SPANS | STAGE_SPANS | WORKER_SPANS
     parent_of = {name: span.parent.span_id if span.parent else None for name, span in trace.items()}
     span_id = {name: span.context.span_id for name, span in trace.items()}
     assert parent_of["POST /v1/chat/completions"] is None
+    for stage in STAGE_SPANS:
+        assert parent_of[stage] == span_id["POST /v1/chat/completions"], stage
     assert parent_of["dispatch"] == parent_of["relay"] == span_id["POST /v1/chat/completions"]
     assert parent_of["bus.submit"] == span_id["dispatch"]
     # The worker's span hangs off the enqueue, through the request's traceparent.
@@ -153,3 +168,38 @@ async def test_the_embedded_workers_metrics_are_in_the_webs_metrics(
     stream = asgi_post("/v1/chat/completions", key, body)
     assert json.loads(await stream.read_all())["object"] == "chat.completion"
     assert await ttft_count() == before + 1
+
+
+async def test_the_trace_of_a_streamed_request_has_every_stage_of_its_ttft(
+    worker, api_key_factory, demo_model, recorded_spans
+):
+    """bench.ttft_trace's chain, from client send to first chunk, in one real trace."""
+    _, key = await sync_to_async(api_key_factory)(tier="pro")
+    body = {
+        "model": DEMO,
+        "messages": [{"role": "user", "content": "Name a colour."}],
+        "stream": True,
+        "max_tokens": 3,
+    }
+    sent_at = time.time()
+    stream = asgi_post("/v1/chat/completions", key, body)
+    frames = sse_events(await stream.read_all())
+    read_at = time.time()
+    assert stream.status == 200 and frames[-1][1] == "[DONE]"
+    await relay.drain_background()
+    http = await async_wait_until(
+        lambda: next((s for s in recorded_spans if s.kind == SpanKind.SERVER), None)
+    )
+    spans = [
+        Span.from_json(json.loads(s.to_json()))
+        for s in recorded_spans
+        if s.context.trace_id == http.context.trace_id
+    ]
+    # The chain's marks are in order: no stage is missing, none negative.
+    stages = stages_of(spans, sent_at=sent_at, first_chunk_at=read_at)
+    assert list(stages) == list(STAGES)
+    assert min(stages.values()) >= 0
+    assert sum(stages.values()) == pytest.approx((read_at - sent_at) * 1000, abs=0.05)
+    assert [e.name for e in http.events] == ["first_chunk"]
+    relay_span = next(s for s in recorded_spans if s.name == "relay")
+    assert [e.name for e in relay_span.events] == ["first_token"]

@@ -323,6 +323,18 @@ def _dashboard_queries_run(prometheus: Prometheus, at: float) -> None:
     assert answered >= 6
 
 
+WEB_STEPS = (
+    "auth",
+    "request.build",
+    "model.lookup",
+    "limits.count",
+    "safety.screen",
+    "prompt.prepare",
+    "limits.admit",
+    "route.save",
+)
+
+
 def test_one_streamed_request_is_one_trace_across_the_processes(observed):
     """Web and worker spans share the trace, parent after parent, through Redis."""
     request_id = f"req_e2e_{uuid.uuid4().hex}"
@@ -346,17 +358,19 @@ def test_one_streamed_request_is_one_trace_across_the_processes(observed):
         return found
 
     deadline = time.monotonic() + 30
-    # The short prompt is one prefill chunk: ten spans, each name once.
-    while len(found := spans()) < 10 and time.monotonic() < deadline:
+    # The short prompt is one prefill chunk: ten spans, and the web's eight
+    # steps before the enqueue (bench.ttft_stages), each name once.
+    while len(found := spans()) < 10 + len(WEB_STEPS) and time.monotonic() < deadline:
         time.sleep(0.3)
     by_name = {s["name"]: s for s in found}
-    assert len(by_name) == len(found) == 10, sorted(s["name"] for s in found)
+    assert len(by_name) == len(found) == 10 + len(WEB_STEPS), sorted(s["name"] for s in found)
     assert len({s["context"]["trace_id"] for s in found}) == 1
     parent = {name: s["parent_id"] for name, s in by_name.items()}
     span_id = {name: s["context"]["span_id"] for name, s in by_name.items()}
     http = "POST /v1/chat/completions"
     assert parent[http] is None
     assert parent["dispatch"] == parent["relay"] == span_id[http]
+    assert {parent[step] for step in WEB_STEPS} == {span_id[http]}
     assert parent["bus.submit"] == span_id["dispatch"]
     assert parent["gpuworker.request"] == span_id["bus.submit"]
     for phase in ("engine.queued", "engine.prefill", "engine.decode"):
@@ -364,9 +378,8 @@ def test_one_streamed_request_is_one_trace_across_the_processes(observed):
     assert parent["engine.prefill_chunk"] == span_id["engine.prefill"]
     assert parent["usage.settle"] == span_id["relay"]
     service = {name: s["resource"]["attributes"]["service.name"] for name, s in by_name.items()}
-    assert {service[n] for n in (http, "dispatch", "bus.submit", "relay", "usage.settle")} == {
-        "llm-platform-web"
-    }
+    web = (http, "dispatch", "bus.submit", "relay", "usage.settle", *WEB_STEPS)
+    assert {service[n] for n in web} == {"llm-platform-web"}
     assert {service[n] for n in parent if n.startswith(("gpuworker", "engine"))} == {
         "llm-platform-gpuworker"
     }

@@ -9,7 +9,7 @@ import redis
 
 from fleet import services
 from fleet.models import Deployment
-from fleet.selectors import catalog_model_get
+from fleet.selectors import catalog_model_get, catalog_model_listed
 from fleet.services import served_model_register
 from fleet.snapshot import snapshot_current, snapshot_reader_status, snapshot_store_raw
 from wire.snapshot import SnapshotInvalid, snapshot_parse
@@ -93,6 +93,20 @@ def test_the_catalog_answers_from_the_snapshot_without_a_query(tiers, django_ass
     assert model.context_length == 4096
     # Not listed for the tier: the database decides (and says no).
     assert catalog_model_get(name="snap-model", tier=tiers["free"]) is None
+
+
+def test_the_listed_catalog_answers_from_the_snapshot_alone(tiers, django_assert_num_queries):
+    """What the request path calls on the event loop: no query, no store
+    read; None for what the snapshot does not list for the tier."""
+    served_model_register(name="snap-model", context_length=4096, tiers=[tiers["pro"]])
+    services.snapshot_publish()
+    snap = snapshot_current()
+    with django_assert_num_queries(0):
+        model = catalog_model_listed(snap, name="snap-model", tier=tiers["pro"])
+        assert catalog_model_listed(snap, name="snap-model", tier=tiers["free"]) is None
+        assert catalog_model_listed(snap, name="unknown", tier=tiers["pro"]) is None
+        assert catalog_model_listed(None, name="snap-model", tier=tiers["pro"]) is None
+    assert (model.name, model.context_length) == ("snap-model", 4096)
 
 
 def test_redis_holds_one_document_per_key(fleet_snapshot_key, settings, tiers):

@@ -12,6 +12,7 @@ from gpuworkers.engine import SamplingParams
 from inference.relay.dispatch import cancel_request, dispatch_request, stream_events
 from tests.plugins.engine import MODEL
 from tests.wire.bus.buses import BUS_KINDS, make_buses, uid
+from wire.bus.memory_bus import MemoryBus
 from wire.requests import GenerationRequest
 from wire.sampling import Sampling
 
@@ -290,3 +291,38 @@ async def test_draining_finishes_running_work_refuses_new_and_deregisters(
     assert late_events[-1].error.code == "worker_draining"
     assert await asyncio.to_thread(loop.stopped.wait, 10)
     assert loop.worker_id not in {w.worker_id for w in await bus.list_workers()}
+
+
+class _RecordingBus(MemoryBus):
+    """The in-process bus, noting per response what the worker published and
+    when it acked, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str]] = []
+
+    def publish_many(self, batch):
+        self.calls += [(response_id, type(event).__name__) for response_id, event in batch]
+        return super().publish_many(batch)
+
+    def ack(self, worker_id: str, response_ids: list[str]) -> None:
+        self.calls += [(response_id, "ack") for response_id in response_ids]
+        super().ack(worker_id, response_ids)
+
+
+@pytest.mark.asyncio
+async def test_a_request_is_acked_after_its_first_step_not_before_its_prefill(
+    engine, serve, prompt_ids
+):
+    """Between a request's intake and its prefill the worker publishes its
+    ``created`` and nothing else: the ack (a round trip to Redis) comes
+    after the step that made its first token, and still after ``created``."""
+    bus = _RecordingBus()
+    loop = serve(bus)
+    request = _request(prompt_ids("Name a colour."), max_tokens=3, temperature=0.0)
+    await dispatch_request(request, bus=bus)
+    events = await _collect(bus, request, loop.worker_id)
+    assert events[-1].type == "completed"
+    calls = [call for response_id, call in bus.calls if response_id == request.response_id]
+    assert calls[:3] == ["Created", "Delta", "ack"], calls
+    assert calls.count("ack") == 1

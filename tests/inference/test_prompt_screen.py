@@ -184,3 +184,23 @@ async def test_a_megabyte_of_percent_signs_is_refused_quickly(fake_worker, api_k
     with pytest.raises(openai.BadRequestError) as error:
         await sdk_client(raw).moderations.create(input="%" * 1_000_000)
     assert error.value.code == "string_above_max_length"
+
+
+async def test_the_screens_refusal_wins_over_the_tokenizers_error(fake_worker, api_key_factory):
+    """The tokenizer runs beside the screen: a prompt both blocked and over
+    the output cap is still answered content_policy_violation, and the
+    cap's 400 comes only for a prompt the screen lets through."""
+    worker = fake_worker(texts=["Done."])
+    raw = await new_key(api_key_factory, deny_terms="bluebird", deny_action="block")
+    too_many = {"model": DEMO, "max_tokens": 10**7}
+    with pytest.raises(openai.BadRequestError) as error:
+        await sdk_client(raw).chat.completions.create(
+            messages=[{"role": "user", "content": "About the bluebird."}], **too_many
+        )
+    assert error.value.code == "content_policy_violation"
+    with pytest.raises(openai.BadRequestError) as error:
+        await sdk_client(raw).chat.completions.create(
+            messages=[{"role": "user", "content": "About the robin."}], **too_many
+        )
+    assert error.value.code == "integer_above_max_value"
+    assert worker.received == []

@@ -12,6 +12,7 @@ from tenants.services import (
     api_key_create,
     api_key_revoke,
     api_key_touch,
+    api_key_touch_due,
     membership_create,
     tenant_create,
     tenant_get_or_create,
@@ -135,3 +136,19 @@ def test_api_key_touch_writes_at_most_once_per_interval(api_key_factory):
     ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now() - timedelta(seconds=61))
     assert api_key_touch(api_key=key) is True
     assert ApiKey.objects.get(pk=key.pk).last_used_at > first - timedelta(seconds=1)
+
+
+def test_api_key_touch_is_due_only_once_the_loaded_stamp_is_older_than_the_interval(
+    api_key_factory,
+):
+    """What the request path checks on the key it just loaded before it
+    spends a query (and a thread hop) on api_key_touch."""
+    key, _ = api_key_factory()
+    assert api_key_touch_due(api_key=key) is True  # never used
+    api_key_touch(api_key=key)
+    loaded = ApiKey.objects.get(pk=key.pk)
+    assert api_key_touch_due(api_key=loaded) is False
+    ApiKey.objects.filter(pk=key.pk).update(last_used_at=timezone.now() - timedelta(seconds=61))
+    loaded = ApiKey.objects.get(pk=key.pk)
+    assert api_key_touch_due(api_key=loaded) is True
+    assert api_key_touch(api_key=loaded) is True

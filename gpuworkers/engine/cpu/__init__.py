@@ -1,7 +1,8 @@
 """The engine's CPU fast paths: compiled kernels (paged decode attention,
 prefill attention, fused element-wise ops, tile linears on AMX or
 AVX512_BF16) loaded with ctypes, and oneDNN-packed linears where neither
-is there.
+is there; a decode step's whole layer stack in one compiled call
+(decode_layers.py) where all of those apply.
 
 ``enable_cpu_fast_paths(model)`` switches a loaded bfloat16 CPU model onto
 them; the attention backend picks the attention kernels itself.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from gpuworkers.engine.cpu.build import cpu_library
+from gpuworkers.engine.cpu.decode_layers import DecodeLayers
 from gpuworkers.engine.cpu.elementwise import FusedOps
 from gpuworkers.engine.cpu.packing import PackedLinear, pack_linears, packing_available
 from gpuworkers.engine.cpu.tile_linear import AmxLinear, Dpbf16Linear
@@ -39,6 +41,10 @@ def enable_cpu_fast_paths(model: torch.nn.Module, dtype: torch.dtype, device: st
             if hasattr(module, "fused"):
                 module.fused = fused
         enabled.append("fused-elementwise")
+        # Last: it binds the packed weights and fused ops set up above.
+        model.decode_layers = DecodeLayers.build(lib, model)
+        if model.decode_layers is not None:
+            enabled.append("decode-layers")
     return enabled
 
 

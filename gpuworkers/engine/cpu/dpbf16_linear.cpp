@@ -30,6 +30,11 @@
 // to float32, nearest even, subnormal inputs and outputs flushed to zero
 // whatever MXCSR says), plus the bias in float32, rounded to nearest even
 // bfloat16 (linear_epilogue.h).
+//
+// The int8 entry points (dpbf16_linear_int8, dpbf16_swiglu_int8) run the
+// same blocks on weights kept as int8 (int8_weights.h): each thread widens
+// a chunk to bfloat16 (exactly) while the next chunk's int8 weights are
+// prefetched, and the epilogue multiplies each column by its scale.
 
 #include <algorithm>
 #include <cstdint>
@@ -41,6 +46,7 @@
 #include <cstring>
 #include <utility>
 
+#include "int8_weights.h"
 #include "linear_epilogue.h"
 
 namespace {
@@ -107,7 +113,9 @@ constexpr auto BLOCKS = block_table(std::make_integer_sequence<int, MAX_ROWS>{})
 struct Linear {
   const uint16_t *x;
   int64_t x_stride, pairs;  // input pairs per row
-  const uint16_t *packed;
+  const uint16_t *packed;   // bfloat16 weights, or null with int8 ones
+  const int8_t *quantized;  // int8 weights in the same layout, or null
+  const float *scales;      // per column with int8 weights (tile order)
   int64_t tile_elems, tiles;
   const float *bias;
   uint16_t *out;
@@ -115,19 +123,20 @@ struct Linear {
   bool swiglu;           // tiles alternate gate and up (dpbf16_swiglu_bf16)
 };
 
-// Rows [row, row + rows) (rows <= 12) against column pair `pair`, rounded
-// into the output; prefetching as `block` does.
-inline void block_pair(const Linear &l, int64_t row, int64_t rows, int64_t pair, float *sums,
-                       const char *prefetch, int64_t prefetch_lines) {
+// Rows [row, row + rows) (rows <= 12) against column pair `pair`, whose
+// bfloat16 tiles start at w0, rounded into the output; prefetching as
+// `block` does.
+inline void block_pair(const Linear &l, int64_t row, int64_t rows, int64_t pair,
+                       const uint16_t *w0, float *sums, const char *prefetch,
+                       int64_t prefetch_lines) {
   const int64_t t = 2 * pair;
   const bool both = t + 1 < l.tiles;
-  const uint16_t *w0 = l.packed + t * l.tile_elems;
   (both ? BLOCKS.pair : BLOCKS.single)[rows](l.x + row * l.x_stride, l.x_stride, w0,
                                              w0 + l.tile_elems, l.pairs, sums, prefetch,
                                              prefetch_lines);
   if (l.swiglu) {
     finish_rows({sums, rows, 0xffff, nullptr, l.out + row * l.out_features + pair * TILE_COLS,
-                 l.out_features, true},
+                 l.out_features, true, l.scales ? l.scales + pair * 2 * TILE_COLS : nullptr},
                 0, rows);
     return;
   }
@@ -135,7 +144,7 @@ inline void block_pair(const Linear &l, int64_t row, int64_t rows, int64_t pair,
   const int64_t columns = std::min<int64_t>(l.out_features - first, both ? 2 * TILE_COLS : TILE_COLS);
   finish_rows({sums, rows, static_cast<__mmask32>((uint64_t{1} << columns) - 1),
                l.bias ? l.bias + first : nullptr, l.out + row * l.out_features + first,
-               l.out_features, false},
+               l.out_features, false, l.scales ? l.scales + first : nullptr},
               0, rows);
 }
 
@@ -152,17 +161,30 @@ inline void block_pair(const Linear &l, int64_t row, int64_t rows, int64_t pair,
 void run(const Linear &l, int64_t rows) {
   const int64_t pairs = (l.tiles + 1) / 2;
   const int64_t blocks = (rows + MAX_ROWS - 1) / MAX_ROWS;
-  const int64_t pair_bytes = 2 * l.tile_elems * 2;
-  const int64_t weight_bytes = l.tiles * l.tile_elems * 2;  // the last tile may be single
-  const int64_t chunk = std::max<int64_t>(1, CHUNK_BYTES / pair_bytes);
+  // Bytes per weight in memory: what prefetching streams.
+  const int64_t size = l.quantized ? 1 : 2;
+  const int64_t pair_bytes = 2 * l.tile_elems * size;
+  const int64_t weight_bytes = l.tiles * l.tile_elems * size;  // the last tile may be single
+  // Chunks of the same number of weights either way (CHUNK_BYTES of bfloat16).
+  const int64_t chunk = std::max<int64_t>(1, CHUNK_BYTES / (2 * l.tile_elems * 2));
 #pragma omp parallel
   {
     alignas(64) float sums[MAX_ROWS * 2 * TILE_COLS];
     const int64_t threads = omp_get_num_threads(), me = omp_get_thread_num();
     const int64_t end = pairs * (me + 1) / threads;
-    const char *weights = reinterpret_cast<const char *>(l.packed);
+    const char *stored = l.quantized ? reinterpret_cast<const char *>(l.quantized)
+                                     : reinterpret_cast<const char *>(l.packed);
+    uint16_t *widened = l.quantized ? int8_weights::buffer(chunk * 2 * l.tile_elems) : nullptr;
     for (int64_t start = pairs * me / threads; start < end; start += chunk) {
       const int64_t stop = std::min(end, start + chunk);
+      // The chunk's bfloat16 tiles: the packed weights, or its int8 ones
+      // widened (the last pair may have one tile).
+      const uint16_t *weights = widened;
+      if (l.quantized)
+        int8_weights::widen(l.quantized + 2 * start * l.tile_elems, widened,
+                            (std::min(2 * stop, l.tiles) - 2 * start) * l.tile_elems);
+      else
+        weights = l.packed + 2 * start * l.tile_elems;
       // The next chunk's cache lines, in equal shares per block x pair call.
       const int64_t next_end = std::min(end, stop + chunk);
       const int64_t next_bytes =
@@ -173,8 +195,8 @@ void run(const Linear &l, int64_t rows) {
         const int64_t first = rows * b / blocks, last = rows * (b + 1) / blocks;
         for (int64_t pair = start; pair < stop; ++pair, ++call) {
           const int64_t from = lines * call / calls, to = lines * (call + 1) / calls;
-          block_pair(l, first, last - first, pair, sums, weights + stop * pair_bytes + from * 64,
-                     to - from);
+          block_pair(l, first, last - first, pair, weights + 2 * (pair - start) * l.tile_elems,
+                     sums, stored + stop * pair_bytes + from * 64, to - from);
         }
       }
     }
@@ -196,8 +218,8 @@ void dpbf16_linear_bf16(const uint16_t *x, int64_t rows, int64_t x_stride, int64
                         const uint16_t *packed, const float *bias, uint16_t *out,
                         int64_t out_features) {
   const int64_t tiles = (out_features + TILE_COLS - 1) / TILE_COLS;
-  run({x, x_stride, in_features / 2, packed, in_features * TILE_COLS, tiles, bias, out,
-       out_features, false},
+  run({x, x_stride, in_features / 2, packed, nullptr, nullptr, in_features * TILE_COLS, tiles, bias,
+       out, out_features, false},
       rows);
 }
 
@@ -206,8 +228,29 @@ void dpbf16_linear_bf16(const uint16_t *x, int64_t rows, int64_t x_stride, int64
 // alternating (gate 0, up 0, gate 1, ...); width a multiple of 16.
 void dpbf16_swiglu_bf16(const uint16_t *x, int64_t rows, int64_t x_stride, int64_t in_features,
                         const uint16_t *packed, uint16_t *out, int64_t width) {
-  run({x, x_stride, in_features / 2, packed, in_features * TILE_COLS, 2 * width / TILE_COLS,
-       nullptr, out, width, true},
+  run({x, x_stride, in_features / 2, packed, nullptr, nullptr, in_features * TILE_COLS,
+       2 * width / TILE_COLS, nullptr, out, width, true},
+      rows);
+}
+
+// As dpbf16_linear_bf16 with int8 weights `quantized` (packed as above, one
+// byte each) and float32 `scales` [out]: out = (x @ q.T) * scales + bias.
+void dpbf16_linear_int8(const uint16_t *x, int64_t rows, int64_t x_stride, int64_t in_features,
+                        const int8_t *quantized, const float *scales, const float *bias,
+                        uint16_t *out, int64_t out_features) {
+  const int64_t tiles = (out_features + TILE_COLS - 1) / TILE_COLS;
+  run({x, x_stride, in_features / 2, nullptr, quantized, scales, in_features * TILE_COLS, tiles,
+       bias, out, out_features, false},
+      rows);
+}
+
+// As dpbf16_swiglu_bf16 with int8 weights; `scales` [2 * width] in the
+// tiles' alternating order (gate 0's 16, up 0's 16, gate 1's, ...).
+void dpbf16_swiglu_int8(const uint16_t *x, int64_t rows, int64_t x_stride, int64_t in_features,
+                        const int8_t *quantized, const float *scales, uint16_t *out,
+                        int64_t width) {
+  run({x, x_stride, in_features / 2, nullptr, quantized, scales, in_features * TILE_COLS,
+       2 * width / TILE_COLS, nullptr, out, width, true},
       rows);
 }
 
@@ -222,6 +265,10 @@ void dpbf16_linear_bf16(const uint16_t *, int64_t, int64_t, int64_t, const uint1
                         const float *, uint16_t *, int64_t) {}
 void dpbf16_swiglu_bf16(const uint16_t *, int64_t, int64_t, int64_t, const uint16_t *, uint16_t *,
                         int64_t) {}
+void dpbf16_linear_int8(const uint16_t *, int64_t, int64_t, int64_t, const int8_t *, const float *,
+                        const float *, uint16_t *, int64_t) {}
+void dpbf16_swiglu_int8(const uint16_t *, int64_t, int64_t, int64_t, const int8_t *, const float *,
+                        uint16_t *, int64_t) {}
 }
 
 #endif

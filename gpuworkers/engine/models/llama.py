@@ -64,6 +64,10 @@ class DecoderLayer(nn.Module):
 
 
 class LlamaForCausalLM(nn.Module):
+    # engine.cpu.DecodeLayers where the CPU fast paths bound one: pure
+    # decode steps run the layer stack in one compiled call.
+    decode_layers = None
+
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype):
         super().__init__()
         self.cfg = cfg
@@ -89,10 +93,24 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         """float32 logits for the tokens at ``logits_indices``."""
         x, residual = self.embed(input_ids), None
-        for i, layer in enumerate(self.layers):
-            x, residual = layer(
-                x, residual, positions, self.rotary, kv_cache[i, 0], kv_cache[i, 1], meta, backend
-            )
+        fused = self.decode_layers
+        if fused is not None and fused.applies(meta, kv_cache, x.shape[0]):
+            # Every token a decode row: the compiled loop, the same kernels
+            # in the same order (engine/cpu/decode_layers.py).
+            residual = x
+            x = fused(residual, positions, kv_cache, meta)
+        else:
+            for i, layer in enumerate(self.layers):
+                x, residual = layer(
+                    x,
+                    residual,
+                    positions,
+                    self.rotary,
+                    kv_cache[i, 0],
+                    kv_cache[i, 1],
+                    meta,
+                    backend,
+                )
         # Only sampled positions need the last residual add, the final norm
         # and the LM head.
         x = self.norm(residual[logits_indices] + x[logits_indices])

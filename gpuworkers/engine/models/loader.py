@@ -8,10 +8,11 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from gpuworkers.engine.cpu import enable_cpu_fast_paths
+from gpuworkers.engine.cpu import cpu_library, enable_cpu_fast_paths
 from gpuworkers.engine.models import ARCHITECTURES
 from gpuworkers.engine.models.config import ModelConfig
 from gpuworkers.engine.models.layers import RotaryEmbedding
+from gpuworkers.engine.quantization import quantize_linears
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -22,11 +23,15 @@ def load_model(
     device: str,
     max_positions: int,
     cpu_fast_paths: bool = True,
+    quantization: str | None = None,
 ):
     """Return (model, ModelConfig) with weights on ``device`` in ``dtype``.
 
     ``cpu_fast_paths``: on CPU in bfloat16, pre-pack the linear layers for
     oneDNN and use the fused element-wise kernels (engine/cpu/).
+    ``quantization``: "int8" swaps every linear for a weight-only int8 one
+    (engine/quantization.py), on the compiled int8 tile kernels where the
+    fast paths run in bfloat16, else on torch's int8 matmul.
     """
     model_dir = Path(model_dir)
     cfg = ModelConfig.from_dir(model_dir)
@@ -55,7 +60,17 @@ def load_model(
     model.load_hf_state_dict(tensors, assign=True)
     model.rotary.to(device)
     model.eval()
-    model.cpu_fast_paths = (
+    quantized = []
+    if quantization == "int8":
+        fast = cpu_fast_paths and torch.device(device).type == "cpu"
+        lib = cpu_library() if fast and torch_dtype == torch.bfloat16 else None
+        kernel = quantize_linears(model, lib)
+        swiglu = any(getattr(m, "gate_up_activated", False) for m in model.modules())
+        quantized = [f"int8-{kernel}-linears"] * (kernel != "torch")
+        quantized += [f"int8-{kernel}-swiglu"] * (kernel != "torch" and swiglu)
+    elif quantization is not None:
+        raise ValueError(f"unknown quantization {quantization!r}")
+    model.cpu_fast_paths = quantized + (
         enable_cpu_fast_paths(model, torch_dtype, device) if cpu_fast_paths else []
     )
     model.load_seconds = time.monotonic() - started

@@ -24,7 +24,14 @@ Three layers, each deciding only what the one above leaves open:
 3. Batch-class sequences start only when no interactive sequence is
    queued, take only the budget interactive work leaves, and are the
    first victims of any interactive claim or KV shortage. Among
-   themselves, tenants by counter, charged at 1 / tier weight.
+   themselves, tenants by counter, charged at 1 / tier weight. An
+   interactive arrival waits for the step in flight, and a step's time
+   grows with its rows, so batch work also has a budget of its own:
+   while interactive work was about in the last ``batch_yield_seconds``,
+   at most ``batch_step_tokens`` batch tokens per step (decodes and
+   chunks); and a step that computes an interactive prefill (a first
+   token waits on it) carries no batch work at all, for at most
+   ``BATCH_DEFER_MAX_STEPS`` steps in a row.
 
 A sequence that resumed after a preemption fewer than
 ``preempt_min_steps`` steps ago is never taken by a claim (the progress
@@ -33,6 +40,7 @@ guarantee), so no sequence thrashes between claimants.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable
 
@@ -48,6 +56,11 @@ from gpuworkers.engine.scheduling.tenant_counters import (
     tenant_key,
 )
 from gpuworkers.engine.sequence import Sequence, SequenceStatus
+
+# Steps in a row an interactive prefill may keep batch work out of the
+# step: then batch gets its budget for one step, so an interactive prompt
+# that cannot start yet (waiting for KV) never stalls the batch for long.
+BATCH_DEFER_MAX_STEPS = 8
 
 
 def class_key(seq: Sequence):
@@ -80,6 +93,15 @@ class FairPolicy(SchedulingPolicy):
         self.demand: dict[str, int] = {}
         # The batch lane, built when interactive admission is over (None: not yet).
         self.batch_pending: GroupQueue | None = None
+        # The batch class's budget (config.batch_step_tokens): tokens batch
+        # sequences may still compute this step.
+        self.batch_step_tokens = config.batch_step_tokens
+        self.batch_yield_seconds = config.batch_yield_seconds
+        self.batch_left = 0
+        self.batch_deferred_steps = 0
+        # When interactive work was last queued or running (None: never).
+        self.interactive_seen: float | None = None
+        self.clock = time.monotonic
 
     def queue_key(self, seq: Sequence):
         # Within a tenant, swapped sequences come back before new ones start.
@@ -111,6 +133,7 @@ class FairPolicy(SchedulingPolicy):
             key = self.key_of(seq)
             tenants.setdefault(key[0], set()).add(key)
         share.refill(set(tenants), budget)
+        self.batch_left = self._batch_budget(budget, bool(running or waiting))
         self.counters.observe(tenants)
         self.num_tenants = {tier: len(keys) for tier, keys in tenants.items()}
         batch = [s for s in queues.running + queued if s.request.is_batch]
@@ -177,6 +200,39 @@ class FairPolicy(SchedulingPolicy):
 
         return key
 
+    def plan_running(self, running: list[Sequence], budget: int) -> dict[int, int]:
+        """As the base plan (every decode before any chunk), but batch
+        sequences compute only within the batch budget, and nothing in a
+        step with an interactive prefill (up to BATCH_DEFER_MAX_STEPS in a
+        row: then their decodes go before that prefill's chunk once)."""
+        if any(d > 0 for d in self.demand.values()):
+            if self.batch_deferred_steps < BATCH_DEFER_MAX_STEPS:
+                self.batch_deferred_steps += 1
+                self.batch_left = 0
+            else:
+                self.batch_deferred_steps = 0
+        else:
+            self.batch_deferred_steps = 0
+        plan: dict[int, int] = {}
+        for seq in running:
+            if seq.is_prefilling or not budget:
+                continue
+            if seq.request.is_batch:
+                if self.batch_left <= 0:
+                    continue
+                self.batch_left -= 1
+            plan[seq.seq_id] = 1
+            budget -= 1
+        for seq in running:
+            if budget and seq.is_prefilling:
+                num_new = min(seq.num_uncomputed_tokens, budget, self.chunk_cap(seq, budget))
+                if num_new > 0:
+                    plan[seq.seq_id] = num_new
+                    budget -= num_new
+                    if seq.request.is_batch:
+                        self.batch_left -= num_new
+        return plan
+
     def pick_victim(self, unscheduled: list[Sequence]) -> Sequence:
         """Batch first; then of the tier most over its share; else the
         lowest-priority, newest. Guarded sequences only if all are."""
@@ -194,7 +250,8 @@ class FairPolicy(SchedulingPolicy):
         interactive demand leaves over."""
         demand = self.demand
         if seq.request.is_batch:
-            return max(0, budget - sum(max(d, 0) for d in demand.values()))
+            left = budget - sum(max(d, 0) for d in demand.values())
+            return max(0, min(left, self.batch_left))
         tier = self.share.tier_of(seq)
         demand[tier] = demand.get(tier, 0) - seq.num_uncomputed_tokens
         others = sum(d for t, d in demand.items() if t != tier)
@@ -218,6 +275,8 @@ class FairPolicy(SchedulingPolicy):
                 return head
             # Every tenant left is past the bypass limit: the tier waits.
             del self.pending[tier]
+        if self.batch_left <= 0:
+            return None
         if self.batch_pending is None:
             self.batch_pending = self._batch_lane()
         return self.batch_pending.head()
@@ -227,6 +286,7 @@ class FairPolicy(SchedulingPolicy):
         its tier (or lane) go on within the bypass slack."""
         key = self.key_of(seq)
         if seq.request.is_batch:
+            self.batch_left -= num_tokens
             if num_tokens:
                 self.batch_pending.started(key)
             else:
@@ -268,6 +328,17 @@ class FairPolicy(SchedulingPolicy):
         slots, blocks = fair_victims.tenant_tally(self, running)
         share = self.share
         return {k: max(slots[k] / share.max_num_seqs, blocks[k] / share.num_blocks) for k in slots}
+
+    def _batch_budget(self, budget: int, interactive_now: bool) -> int:
+        """Tokens batch sequences may compute this step: the whole budget,
+        or ``batch_step_tokens`` while interactive work is about."""
+        now = self.clock()
+        if interactive_now:
+            self.interactive_seen = now
+        seen = self.interactive_seen
+        if self.batch_step_tokens and seen is not None and now - seen < self.batch_yield_seconds:
+            return min(budget, self.batch_step_tokens)
+        return budget
 
     def _group(self, group: str) -> GroupQueue:
         counters = self.batch_counters if group == BATCH_GROUP else self.counters

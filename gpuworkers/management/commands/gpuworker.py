@@ -258,14 +258,18 @@ class Command(BaseCommand):
             kv_cache_bytes=kv_mb << 20,
             kv_cache_dtype=kv_dtype,
             max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
+            quantization=settings.ENGINE_QUANTIZATION,
             model_id=name,
+            batch_step_tokens=settings.ENGINE_BATCH_STEP_TOKENS,
+            batch_yield_seconds=settings.ENGINE_BATCH_YIELD_SECONDS,
             device=options["device"],
             **scheduling,
         )
         fast_paths = ", ".join(engine.cpu_fast_paths) or "none"
         self._say(
             f"model {name}: loaded in {time.monotonic() - started:.1f}s"
-            f" ({engine.config.dtype}; CPU fast paths: {fast_paths})"
+            f" ({engine.config.dtype}, {engine.config.quantization or 'unquantized'} weights;"
+            f" CPU fast paths: {fast_paths})"
         )
         return engine
 

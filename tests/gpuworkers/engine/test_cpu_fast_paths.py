@@ -311,7 +311,8 @@ def test_bfloat16_engine_answers_the_demo_question_on_both_paths(demo_dir):
             expected += [f"{tile}-linears", f"{tile}-swiglu"]
         elif packing_available(torch.bfloat16, "cpu"):
             expected += ["packed-linears"]
-        expected += ["fused-elementwise"]
+        # With tile linears, pure decode steps run the compiled layer loop.
+        expected += ["fused-elementwise"] + ["decode-layers"] * bool(tile)
         assert engine.cpu_fast_paths == (expected if fast else [])
         prompt = apply_chat_template(
             engine.tokenizer, [{"role": "user", "content": "What is the capital of France?"}]

@@ -6,7 +6,7 @@ import torch
 
 from gpuworkers.engine.sampling import choice_seed, sample
 from gpuworkers.engine.sampling.rng import uniform
-from gpuworkers.engine.sampling.sampler import probabilities, process_logits
+from gpuworkers.engine.sampling.sampler import greedy_tokens, probabilities, process_logits
 from gpuworkers.engine.sampling.truncation import invert_cdf
 from gpuworkers.engine.sampling_params import InvalidSamplingParams, SamplingParams
 from gpuworkers.engine.scheduling.batch import SampleInput
@@ -317,3 +317,25 @@ def test_a_truncated_seeded_row_ignores_its_neighbours_settings():
         draws.append(tokens)
     assert all(d == draws[0] for d in draws)
     assert len(set(draws[0])) > 3
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_greedy_tokens_are_argmax_on_ties_infinities_and_nan(threads):
+    """The greedy path's max(dim).indices picks the index Tensor.argmax picks:
+    the first maximum, NaN as the maximum, on rows long enough to be split
+    across threads."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        scores = logits_rows(8, vocab=49152)
+        scores[1, [100, 40000]] = 1e9  # a tie: the first wins
+        scores[2] = float("-inf")
+        scores[3, [5, 7]] = float("nan")
+        scores[4, -1] = 1e9  # the last column
+        scores[5] = 0.0  # all equal
+        scores[6, [9, 7]] = float("inf")
+        expected = scores.argmax(dim=-1)
+        assert expected[:7].tolist()[1:] == [100, 0, 5, 49151, 0, 7]
+        assert torch.equal(greedy_tokens(scores), expected)
+    finally:
+        torch.set_num_threads(previous)

@@ -3,6 +3,8 @@
 import json
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from tenants.models import ApiKey
 from tenants.services import api_key_revoke
@@ -74,3 +76,17 @@ def test_authentication_runs_before_body_validation(client):
     """An unauthenticated malformed request is a 401, never a 400 that leaks the schema."""
     response = client.post("/v1/chat/completions", b"{bad", content_type="application/json")
     assert_invalid_api_key(response)
+
+
+def test_a_key_used_within_the_minute_is_authenticated_without_touching_it(client, api_key_factory):
+    """The second request reads the key and writes nothing: no UPDATE on the
+    way to the first token while last_used_at is fresh."""
+    api_key, raw = api_key_factory(tier="pro")
+    client.get("/v1/models", **auth(raw))
+    stamp = ApiKey.objects.get(pk=api_key.pk).last_used_at
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get("/v1/models", **auth(raw)).status_code == 200
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert any('FROM "tenants_apikey"' in q for q in sql), sql  # the key was read here
+    assert not [q for q in sql if q.startswith("UPDATE")]
+    assert ApiKey.objects.get(pk=api_key.pk).last_used_at == stamp
