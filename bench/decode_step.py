@@ -195,6 +195,9 @@ def main(argv: list[str] | None = None) -> None:
         help="plain torch: no CPU kernels, no packed linears (EngineConfig.cpu_fast_paths)",
     )
     parser.add_argument(
+        "--kv-cache-dtype", default="auto", choices=["auto", "int8"], help="EngineConfig field"
+    )
+    parser.add_argument(
         "--no-decode-layers",
         action="store_true",
         help=f"the Python layer loop instead of the compiled one ({DECODE_LAYERS_SWITCH}=0)",
@@ -212,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     engine = LLMEngine.from_pretrained(
         ensure_demo_model(),
         dtype=args.dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
         kv_cache_bytes=2 << 30,
         max_num_seqs=args.batch,
         max_num_batched_tokens=args.budget,
@@ -226,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     arguments = " ".join(argv if argv is not None else sys.argv[1:])
     report(f"$ {prefix}python -m bench.decode_step {arguments}".rstrip())
     report(f"CPU fast paths: {engine.cpu_fast_paths or 'off'}; dtype {engine.runner.dtype}")
+    report(f"KV cache: {engine.config.cache_dtype}, {engine.config.num_kv_blocks} blocks")
     rng = random.Random(0)
     # Enough tokens for every timed step; not more, since the scheduler
     # admits only the sequences whose max_tokens fit the KV pool.

@@ -47,6 +47,7 @@ def _load_engine():
         ensure_demo_model(),
         dtype=settings.ENGINE_DTYPE,
         kv_cache_bytes=settings.ENGINE_KV_CACHE_MB << 20,
+        kv_cache_dtype=settings.ENGINE_KV_CACHE_DTYPE,
         max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
         quantization=settings.ENGINE_QUANTIZATION,
         model_id=settings.DEMO_MODEL_NAME,

@@ -112,7 +112,7 @@ class WorkerLoop:
         self.metrics.cache_config(
             {
                 "block_size": config.block_size,
-                "cache_dtype": config.dtype,
+                "cache_dtype": config.cache_dtype,
                 "enable_prefix_caching": config.enable_prefix_caching,
                 "num_gpu_blocks": config.num_kv_blocks,
                 "num_cpu_blocks": config.num_host_blocks,

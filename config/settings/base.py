@@ -465,6 +465,10 @@ EMBEDDED_ENGINE = env_bool("EMBEDDED_ENGINE", REDIS_URL is None)
 WEB_WARM_TOKENIZERS = env_bool("WEB_WARM_TOKENIZERS", True)
 ENGINE_DTYPE = os.environ.get("ENGINE_DTYPE", "auto")
 ENGINE_KV_CACHE_MB = env_int("ENGINE_KV_CACHE_MB", 512)
+# The engines' KV pool element type: "auto" (the compute dtype) or "int8"
+# (int8 K/V with a scale per token and kv head: ~1.9x the tokens of bfloat16
+# in ENGINE_KV_CACHE_MB; torch attention backend only, docs/engine.md).
+ENGINE_KV_CACHE_DTYPE = os.environ.get("ENGINE_KV_CACHE_DTYPE", "auto")
 ENGINE_THREADS = env_int("ENGINE_THREADS", 0)  # 0: torch's default
 # Weight-only quantization of the engines' linear layers: unset (the
 # weights in ENGINE_DTYPE) or int8 (gpuworkers/engine/quantization.py; the

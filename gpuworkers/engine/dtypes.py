@@ -18,6 +18,10 @@ import torch
 
 AUTO = "auto"
 SUPPORTED = ("float32", "bfloat16", "float16")
+# The KV pool's dtype: "auto" stores K/V in the compute dtype; "int8" stores
+# them as int8 with a float32 scale per (token, kv head), about 1.9x the
+# tokens in the same bytes (attention/kv_int8.py).
+KV_CACHE_DTYPES = (AUTO, "int8")
 
 
 @functools.cache

@@ -98,7 +98,7 @@ class LLMEngine:
             # Attention here is not windowed: stay where the window is moot.
             limit = min(limit, model_cfg.sliding_window)
         config.max_model_len = min(config.max_model_len or limit, limit)
-        per_token = model_cfg.kv_bytes_per_token(config.dtype)
+        per_token = model_cfg.kv_bytes_per_token(config.dtype, config.kv_cache_dtype)
         if not config.num_kv_blocks:
             config.num_kv_blocks = config.kv_blocks_for(per_token, config.kv_cache_bytes)
         if not config.num_host_blocks:

@@ -28,8 +28,14 @@ class ModelRunner:
         self.device = torch.device(config.device)
         self.dtype = TORCH_DTYPES[config.dtype]
         self.block_size = config.block_size
-        backend_cls = select_backend(config.attention_backend, config.device, config.deterministic)
-        options = {"use_kernel": config.cpu_fast_paths} if backend_cls.name == "torch" else {}
+        backend_cls = select_backend(
+            config.attention_backend, config.device, config.deterministic, config.kv_cache_dtype
+        )
+        options = (
+            {"use_kernel": config.cpu_fast_paths, "kv_cache_dtype": config.kv_cache_dtype}
+            if backend_cls.name == "torch"
+            else {}
+        )
         self.backend = backend_cls(
             model_cfg.num_heads,
             model_cfg.num_kv_heads,
@@ -38,13 +44,16 @@ class ModelRunner:
             **options,
         )
         # One preallocated pool, [layers, K/V, blocks, *block layout]; the
-        # block layout is the backend's. Zeros so padded gathers never read NaNs.
+        # block layout is the backend's. Zeros so padded gathers never read
+        # NaNs. An int8 pool keeps each block's scales inside the block
+        # (attention/kv_int8.py): swaps and copies below move them along.
         block = self.backend.cache_block_shape()
+        cache_dtype = torch.int8 if config.cache_dtype == "int8" else self.dtype
         shape = (model_cfg.num_layers, 2, config.num_kv_blocks, *block)
-        self.kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        self.kv_cache = torch.zeros(shape, dtype=cache_dtype, device=self.device)
         host_shape = (model_cfg.num_layers, 2, config.num_host_blocks, *block)
         self.host_cache = torch.zeros(
-            host_shape, dtype=self.dtype, pin_memory=self.device.type == "cuda"
+            host_shape, dtype=cache_dtype, pin_memory=self.device.type == "cuda"
         )
 
     # Cache operations -----------------------------------------------------

@@ -17,16 +17,20 @@ from gpuworkers.engine.attention.metadata import (
 from gpuworkers.engine.attention.torch_backend import TorchAttentionBackend
 
 
-def select_backend(name: str, device: str, deterministic: bool = False) -> type[AttentionBackend]:
+def select_backend(
+    name: str, device: str, deterministic: bool = False, kv_cache_dtype: str = "auto"
+) -> type[AttentionBackend]:
     """The backend class for ``name`` on ``device`` ("auto" picks by device).
 
     Chosen by device, not by import success: ``import flashinfer`` succeeds
     on CPU-only hosts and fails only on first use. A deterministic engine
-    gets the torch backend: only its attention is batch-invariant.
+    gets the torch backend: only its attention is batch-invariant; so does
+    an int8 KV cache: only the torch backend reads one.
     """
     is_cuda = str(device).startswith("cuda")
     if name == "auto":
-        flashinfer = is_cuda and not deterministic and _flashinfer_installed()
+        torch_only = deterministic or kv_cache_dtype == "int8"
+        flashinfer = is_cuda and not torch_only and _flashinfer_installed()
         name = "flashinfer" if flashinfer else "torch"
     if name == "torch":
         return TorchAttentionBackend

@@ -124,7 +124,7 @@ def _load() -> object | None:
     pointer, i64, i32, f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
     signatures = {
         "paged_decode_supported": ([i32] * 4, i32),
-        # is_bf16, q, q_stride, k, v, tables, table_stride, table rows, lens,
+        # kind (bit 0: bfloat16 queries, bit 1: int8 pool), q, q_stride, k, v, tables, table_stride, table rows, lens,
         # out, seqs, heads, kv_heads, head_dim, block_size, block/head
         # stride, scale
         "paged_decode": (
@@ -136,6 +136,11 @@ def _load() -> object | None:
         # element size, k, k row stride, v, v row stride, slots, tokens, keys,
         # values, kv_heads, head_dim, block_size, block/head stride
         "write_kv_cache": (
+            [i32, pointer, i64, pointer, i64, pointer, i64, pointer, pointer] + [i64] * 5,
+            None,
+        ),
+        # the same, quantizing into an int8 pool (strides of the pool in bytes)
+        "write_kv_cache_int8": (
             [i32, pointer, i64, pointer, i64, pointer, i64, pointer, pointer] + [i64] * 5,
             None,
         ),

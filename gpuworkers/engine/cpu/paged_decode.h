@@ -40,9 +40,12 @@ constexpr int MAX_GROUP_ROWS = 8;
 
 std::vector<RowGroup> group_rows(const Problem &p, int block_size);
 
-// The AVX-512 kernel for this shape, or nullptr (no AVX-512 at build time,
-// or a shape without an instance).
-Runner pick_avx512(int is_bf16, int head_dim, int group, int block_size);
+// The AVX-512 kernel for this kind and shape, or nullptr (no AVX-512 at
+// build time, or a shape without an instance). The int8 pools' instances
+// are compiled in their own file (paged_decode_avx512_int8.cpp), in
+// parallel with the others.
+Runner pick_avx512(int kind, int head_dim, int group, int block_size);
+Runner pick_avx512_int8(int kind, int head_dim, int group, int block_size);
 
 // bfloat16 is the top half of a float32.
 inline float load1(const uint16_t *p) {
@@ -52,6 +55,47 @@ inline float load1(const uint16_t *p) {
   return f;
 }
 inline float load1(const float *p) { return *p; }
+inline float load1(const int8_t *p) { return *p; }
+
+// An int8 pool (kv_cache_dtype="int8") read by queries of type Q (bfloat16
+// as uint16_t, or float). Per block and kv head, the int8 keys
+// ([HEAD_DIM][BLOCK]) or values ([BLOCK][HEAD_DIM]) are followed by BLOCK
+// float32 scales, one per token: x = q * scale (symmetric, scale = absmax /
+// 127, written by write_kv_cache_int8). With the scales inside the block,
+// swaps, copy-on-write and prefix-cache copies move them with their data.
+template <typename Q>
+struct Int8KV {};
+
+// A kernel's type parameter T names the query/output and the pool element.
+template <typename T>
+struct Types {
+  using query = T;
+  using cache = T;
+  static constexpr bool int8 = false;
+};
+template <typename Q>
+struct Types<Int8KV<Q>> {
+  using query = Q;
+  using cache = int8_t;
+  static constexpr bool int8 = true;
+};
+
+// The scales after an int8 block's data.
+template <int HEAD_DIM, int BLOCK>
+inline const float *block_scales(const int8_t *data) {
+  return reinterpret_cast<const float *>(data + HEAD_DIM * BLOCK);
+}
+
+// Bytes of one (block, kv head) of a pool of T.
+template <typename T, int HEAD_DIM, int BLOCK>
+constexpr int64_t head_bytes() {
+  using KV = typename Types<T>::cache;
+  return HEAD_DIM * BLOCK * sizeof(KV) + (Types<T>::int8 ? BLOCK * sizeof(float) : 0);
+}
+
+// What paged_decode's `kind` argument selects: the query dtype (bit 0:
+// bfloat16, else float32) and the pool's (bit 1: int8 with scales).
+constexpr int KIND_BF16 = 1, KIND_INT8 = 2;
 
 // Round to nearest even, as torch's float -> bfloat16 cast does (not
 // vcvtneps2bf16, which flushes subnormals).
@@ -68,7 +112,7 @@ inline void store1(uint16_t *p, float f) {
 inline void store1(float *p, float f) { *p = f; }
 
 // The shapes a kernel is instantiated for: Kernel::run<T, GROUP, HEAD_DIM,
-// BLOCK> with T uint16_t (bfloat16) or float, GROUP 1..8, HEAD_DIM 64 or
+// BLOCK> with T uint16_t (bfloat16), float or Int8KV of either, GROUP 1..8, HEAD_DIM 64 or
 // 128, BLOCK 16 or 32 (template parameters, so accumulators stay in
 // registers). pick_shape gives nullptr for any other shape.
 namespace dispatch {
@@ -109,9 +153,15 @@ Runner pick_block(int head_dim, int group, int block_size) {
 }  // namespace dispatch
 
 template <typename Kernel>
-Runner pick_shape(int is_bf16, int head_dim, int group, int block_size) {
-  return is_bf16 ? dispatch::pick_block<Kernel, uint16_t>(head_dim, group, block_size)
-                 : dispatch::pick_block<Kernel, float>(head_dim, group, block_size);
+Runner pick_shape(int kind, int head_dim, int group, int block_size) {
+  switch (kind) {
+    case 0: return dispatch::pick_block<Kernel, float>(head_dim, group, block_size);
+    case KIND_BF16: return dispatch::pick_block<Kernel, uint16_t>(head_dim, group, block_size);
+    case KIND_INT8: return dispatch::pick_block<Kernel, Int8KV<float>>(head_dim, group, block_size);
+    case KIND_INT8 | KIND_BF16:
+      return dispatch::pick_block<Kernel, Int8KV<uint16_t>>(head_dim, group, block_size);
+    default: return nullptr;
+  }
 }
 
 }  // namespace paged

@@ -6,7 +6,9 @@ import torch
 
 from gpuworkers.engine.cpu.pool_kernel import PoolKernel
 
+# The kernel's `kind` bits (paged_decode.h): the query dtype, and an int8 pool.
 _DTYPES = {torch.bfloat16: 1, torch.float32: 0}
+_KIND_INT8 = 2
 
 
 class PagedDecodeKernel(PoolKernel):
@@ -14,12 +16,25 @@ class PagedDecodeKernel(PoolKernel):
 
     ``supports`` says whether a dtype can use it; callers fall back to the
     gather path otherwise (float16, CUDA tensors, shapes without a kernel).
+    With ``kv_int8`` the pool is int8 with scales (attention/kv_int8.py):
+    ``write_kv`` quantizes, the decode dequantizes.
     """
 
-    def __init__(self, lib, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int):
-        super().__init__(lib, num_heads, num_kv_heads, head_dim, block_size)
+    def __init__(
+        self,
+        lib,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        block_size: int,
+        kv_int8: bool = False,
+    ):
+        super().__init__(lib, num_heads, num_kv_heads, head_dim, block_size, kv_int8)
+        self.kind_bits = _KIND_INT8 if kv_int8 else 0
         self._supported = {
-            dtype: bool(lib.paged_decode_supported(flag, head_dim, self.group, block_size))
+            dtype: bool(
+                lib.paged_decode_supported(flag | self.kind_bits, head_dim, self.group, block_size)
+            )
             for dtype, flag in _DTYPES.items()
         }
 
@@ -56,11 +71,16 @@ class PagedDecodeKernel(PoolKernel):
         v_cache: torch.Tensor,  # a layer's values, [blocks, kv_heads, block_size, dim]
         slots: torch.Tensor,  # [tokens] int64, block * block_size + offset
     ) -> None:
-        """Store new keys and values at their slots (the cache's layout)."""
+        """Store new keys and values at their slots (the cache's layout),
+        quantized into an int8 pool."""
         for t in (k, v):
             if t.stride(2) != 1 or t.stride(1) != self.head_dim or t.dtype != k.dtype:
                 raise ValueError("k and v rows must hold contiguous heads of one dtype")
-        self.lib.write_kv_cache(
+        if self.kv_int8 and k.dtype not in _DTYPES:
+            raise ValueError("the int8 K/V write takes bfloat16 or float32")
+        self.check_pool(k_cache, v_cache)
+        write = self.lib.write_kv_cache_int8 if self.kv_int8 else self.lib.write_kv_cache
+        write(
             k.element_size(),
             k.data_ptr(),
             k.stride(0),
@@ -109,10 +129,9 @@ class BoundDecode:
             out = torch.empty(q.shape, dtype=q.dtype)
         elif not out.is_contiguous():
             raise ValueError("out must be contiguous")
-        if k_cache.stride()[:2] != v_cache.stride()[:2] or not k_cache[0].is_contiguous():
-            raise ValueError("K and V pools must share block and head strides")
+        kernel.check_pool(k_cache, v_cache)
         status = kernel.lib.paged_decode(
-            _DTYPES[q.dtype],
+            _DTYPES[q.dtype] | kernel.kind_bits,
             q.data_ptr(),
             q.stride(0),
             k_cache.data_ptr(),

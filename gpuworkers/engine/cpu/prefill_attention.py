@@ -41,8 +41,7 @@ class PrefillAttentionKernel(PoolKernel):
             out = torch.empty(q.shape, dtype=q.dtype)
         elif not out.is_contiguous():
             raise ValueError("out must be contiguous")
-        if k_cache.stride()[:2] != v_cache.stride()[:2] or not k_cache[0].is_contiguous():
-            raise ValueError("K and V pools must share block and head strides")
+        self.check_pool(k_cache, v_cache)
         if block_table.dtype != torch.int64 or not block_table.is_contiguous():
             raise ValueError("the block table must be contiguous int64")
         if block_table.numel() * self.block_size < kv_len:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# An int8 KV pool's float32 scale per (token, kv head) (attention/kv_int8.py).
+INT8_SCALE_BYTES = 4
 
 
 @dataclass(slots=True)
@@ -60,6 +62,11 @@ class ModelConfig:
             else None,
         )
 
-    def kv_bytes_per_token(self, dtype: str) -> int:
-        """2 (K and V) x layers x kv_heads x head_dim x bytes per element."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * DTYPES[dtype]
+    def kv_bytes_per_token(self, dtype: str, kv_cache_dtype: str = "auto") -> int:
+        """2 (K and V) x layers x kv_heads x bytes per token and kv head:
+        head_dim elements of ``dtype``, or with ``kv_cache_dtype="int8"``
+        head_dim bytes and a float32 scale."""
+        per_head = self.head_dim * DTYPES[dtype]
+        if kv_cache_dtype == "int8":
+            per_head = self.head_dim + INT8_SCALE_BYTES
+        return 2 * self.num_layers * self.num_kv_heads * per_head

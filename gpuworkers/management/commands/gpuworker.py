@@ -249,12 +249,14 @@ class Command(BaseCommand):
 
         dtype = options["dtype"] or settings.ENGINE_DTYPE
         kv_mb = options["kv_cache_mb"] or settings.ENGINE_KV_CACHE_MB
-        self._say(f"model {name}: loading {model_dir} ({dtype}, {kv_mb} MiB KV cache)")
+        kv_dtype = settings.ENGINE_KV_CACHE_DTYPE
+        self._say(f"model {name}: loading {model_dir} ({dtype}, {kv_mb} MiB {kv_dtype} KV cache)")
         started = time.monotonic()
         engine = LLMEngine.from_pretrained(
             model_dir,
             dtype=dtype,
             kv_cache_bytes=kv_mb << 20,
+            kv_cache_dtype=kv_dtype,
             max_num_batched_tokens=settings.ENGINE_MAX_BATCHED_TOKENS,
             quantization=settings.ENGINE_QUANTIZATION,
             model_id=name,
