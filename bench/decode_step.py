@@ -73,7 +73,11 @@ def decode_weight_bytes(model: torch.nn.Module) -> int:
     for name, module in model.named_modules():
         tensors = []
         if hasattr(module, "packed_weight"):
+            # An int8 linear's packed weight is one byte a weight, plus its scales.
             tensors = [module.packed_weight, getattr(module, "bias", None)]
+            tensors.append(getattr(module, "scales", None))
+        elif hasattr(module, "quantized"):  # torch's weight-only int8 linear
+            tensors = [module.quantized, module.scales, module.bias]
         elif isinstance(module, torch.nn.Linear):
             tensors = [module.weight, module.bias]
         elif name.endswith("norm"):
@@ -198,6 +202,11 @@ def main(argv: list[str] | None = None) -> None:
         "--kv-cache-dtype", default="auto", choices=["auto", "int8"], help="EngineConfig field"
     )
     parser.add_argument(
+        "--quantization",
+        choices=["int8"],
+        help="weight-only int8 linears (EngineConfig.quantization; default: none)",
+    )
+    parser.add_argument(
         "--no-decode-layers",
         action="store_true",
         help=f"the Python layer loop instead of the compiled one ({DECODE_LAYERS_SWITCH}=0)",
@@ -216,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         ensure_demo_model(),
         dtype=args.dtype,
         kv_cache_dtype=args.kv_cache_dtype,
+        quantization=args.quantization,
         kv_cache_bytes=2 << 30,
         max_num_seqs=args.batch,
         max_num_batched_tokens=args.budget,

@@ -174,16 +174,18 @@ def _load() -> object | None:
         "amx_swiglu_int8": ([pointer, i64, i64, i64, pointer, pointer, pointer, i64], None),
         "dpbf16_linear_int8": ([pointer, i64, i64, i64] + [pointer] * 4 + [i64], None),
         "dpbf16_swiglu_int8": ([pointer, i64, i64, i64, pointer, pointer, pointer, i64], None),
-        # use_amx, layers, weights, rows, hidden, q, kv, intermediate, eps,
-        # residual, delta, normed, qkv, attn, act, positions, cos, sin,
-        # cache, layer stride, K-to-V stride, slots, tables, table stride,
-        # table rows, lens, heads, kv_heads, head_dim, block_size, scale
-        "decode_layers_bf16": (
-            [i32, i64, pointer]
+        # linear kind, kv_int8, layers, weights, rows, hidden, q, kv,
+        # intermediate, eps, residual, delta, normed, qkv, attn, act,
+        # positions, cos, sin, cache, layer stride, K-to-V stride, block
+        # stride, head stride, slots, tables, table stride, table rows, lens,
+        # heads, kv_heads, head_dim, block_size, scale
+        "decode_layers": (
+            [i32, i32, i64, pointer]
             + [i64] * 5
             + [f32]
             + [pointer] * 10
-            + [i64, i64, pointer, pointer, i64, pointer, pointer]
+            + [i64] * 4
+            + [pointer, pointer, i64, pointer, pointer]
             + [i32] * 4
             + [f32],
             i32,

@@ -6,9 +6,12 @@ more than the kernels' own work. Where every piece of a step has a
 compiled kernel (bfloat16 tile linears with SwiGLU, the fused norms and
 rotary, the paged decode kernel, a bfloat16 pool) and every token of the
 step is a decode row, ``DecodeLayers`` runs the same kernels in the same
-order from C++: the same bits, one ctypes call. Anything else (prefill
-chunks, oneDNN or other linears, another pool dtype, no compiler) keeps the
-Python loop. ``GPUWORKERS_DECODE_LAYERS=0`` switches it off.
+order from C++: the same bits, one ctypes call. The linears may be
+bfloat16 or weight-only int8 tiles (``ENGINE_QUANTIZATION=int8``) and the
+pool bfloat16 or int8 (``ENGINE_KV_CACHE_DTYPE=int8``): the loop calls the
+matching kernels. Anything else (prefill chunks, oneDNN or torch linears,
+another pool dtype, no compiler) keeps the Python loop.
+``GPUWORKERS_DECODE_LAYERS=0`` switches it off.
 """
 
 from __future__ import annotations
@@ -17,9 +20,13 @@ import os
 
 import torch
 
+from gpuworkers.engine.cpu.int8_linear import Int8AmxLinear, Int8Dpbf16Linear
 from gpuworkers.engine.cpu.tile_linear import AmxLinear, Dpbf16Linear
 
 ENV_SWITCH = "GPUWORKERS_DECODE_LAYERS"
+
+# decode_layers.cpp's linear kinds, by the modules that hold the weights.
+LINEAR_KINDS = {Dpbf16Linear: 0, AmxLinear: 1, Int8Dpbf16Linear: 2, Int8AmxLinear: 3}
 
 
 def _pointer(t: torch.Tensor | None) -> int:
@@ -31,10 +38,10 @@ class DecodeLayers:
     runs them for one step."""
 
     def __init__(self, lib, model):
-        self.fn = lib.decode_layers_bf16
+        self.fn = lib.decode_layers
         cfg = model.cfg
         first = model.layers[0]
-        self.use_amx = isinstance(first.attn.qkv, AmxLinear)
+        self.linear_kind = LINEAR_KINDS[type(first.attn.qkv)]
         self.hidden = cfg.hidden_size
         self.q_size = first.attn.q_size
         self.kv_size = first.attn.kv_size
@@ -44,10 +51,12 @@ class DecodeLayers:
         self.head_dim = cfg.head_dim
         self.eps = first.input_norm.eps
         self.rotary = model.rotary
-        # Per layer, decode_layers.cpp's LayerWeights: eight pointers in its order.
+        # Per layer, decode_layers.cpp's LayerWeights: twelve pointers in its
+        # order (the four scales null for bfloat16 weights).
         rows = []
         for layer in model.layers:
             attn, mlp = layer.attn, layer.mlp
+            linears = (attn.qkv, attn.o, mlp.gate_up, mlp.down)
             rows.append(
                 [
                     _pointer(layer.input_norm.weight),
@@ -59,6 +68,7 @@ class DecodeLayers:
                     _pointer(mlp.gate_up.packed_weight),
                     _pointer(mlp.down.packed_weight),
                 ]
+                + [_pointer(getattr(m, "scales", None)) for m in linears]
             )
         # A plain int64 array of pointers: the C struct's layout.
         self.weights = torch.tensor(rows, dtype=torch.int64)
@@ -71,7 +81,7 @@ class DecodeLayers:
         """Bound to ``model`` where every layer fits the compiled loop, else None."""
         if lib is None or os.environ.get(ENV_SWITCH, "1") == "0":
             return None
-        if not hasattr(lib, "decode_layers_bf16"):
+        if not hasattr(lib, "decode_layers"):
             return None
         if not _fits(model):
             return None
@@ -79,14 +89,18 @@ class DecodeLayers:
 
     def applies(self, meta, kv_cache: torch.Tensor, num_tokens: int) -> bool:
         """Whether this step can run here: all tokens decode rows of the
-        bound decode kernel, nothing else to attend, a bfloat16 pool."""
+        bound decode kernel, nothing else to attend, a bfloat16 pool or the
+        int8 one the kernel was made for."""
+        bound = getattr(meta, "decode_kernel", None)
+        if bound is None:
+            return False
+        pool = torch.int8 if bound.kernel.kv_int8 else torch.bfloat16
         return (
-            getattr(meta, "decode_kernel", None) is not None
-            and meta.num_decodes == num_tokens
+            meta.num_decodes == num_tokens
             and not meta.prefills
             and not meta.decode_groups
             and meta.slot_blocks is None
-            and kv_cache.dtype == torch.bfloat16
+            and kv_cache.dtype == pool
             and kv_cache.is_contiguous()
         )
 
@@ -111,7 +125,8 @@ class DecodeLayers:
         kernel = bound.kernel
         positions = positions.contiguous()
         status = self.fn(
-            self.use_amx,
+            self.linear_kind,
+            kernel.kv_int8,
             len(self._layers),
             self.weights.data_ptr(),
             rows,
@@ -132,6 +147,8 @@ class DecodeLayers:
             kv_cache.data_ptr(),
             kv_cache.stride(0),
             kv_cache.stride(1),
+            kv_cache.stride(2),
+            kernel.head_stride,
             meta.slot_mapping.data_ptr(),
             bound.tables.data_ptr(),
             bound.tables.stride(0),
@@ -157,7 +174,7 @@ def _fits(model) -> bool:
     if rotary.cos.dtype != torch.bfloat16:
         return False
     kind = type(layers[0].attn.qkv)
-    if kind not in (AmxLinear, Dpbf16Linear):
+    if kind not in LINEAR_KINDS:
         return False
     eps = layers[0].input_norm.eps
     for layer in layers:

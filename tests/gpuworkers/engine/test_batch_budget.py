@@ -71,7 +71,8 @@ def test_batch_takes_the_whole_step_once_interactive_work_is_gone_a_while():
     scheduler, kv, clock = make_clocked(
         max_num_seqs=8, batch_step_tokens=3, batch_yield_seconds=5.0
     )
-    batch = [add(scheduler, "pro", "b", 16, 400, service_class="batch") for _ in range(6)]
+    for _ in range(6):
+        add(scheduler, "pro", "b", 16, 400, service_class="batch")
     interactive = add(scheduler, "free", "i", 16, 4)
     while not interactive.is_finished:
         step(scheduler, kv)

@@ -1,6 +1,7 @@
 """The compiled decode layer loop (engine/cpu/decode_layers.py) against the
 Python layer loop it replaces: the same logits, bit for bit, on the same
-step; and its switches back to the Python loop.
+step, with bfloat16 or weight-only int8 linears and a bfloat16 or int8 KV
+pool; and its switches back to the Python loop.
 
 It needs bfloat16 tile linears (AMX or AVX512_BF16); on other CPUs the
 model never binds it and the tests that need it skip.
@@ -31,17 +32,27 @@ def prompts() -> list[list[int]]:
     return [[(101 + 37 * i + 11 * n) % 40000 + 100 for i in range(n)] for n in lengths]
 
 
-def test_compiled_loop_gives_the_python_loops_logits_on_the_same_steps(demo_dir):
+@pytest.mark.parametrize(
+    ("quantization", "kv_cache_dtype"),
+    [(None, "auto"), ("int8", "auto"), (None, "int8"), ("int8", "int8")],
+    ids=["bf16", "int8-weights", "int8-kv", "int8-both"],
+)
+def test_compiled_loop_gives_the_python_loops_logits_on_the_same_steps(
+    demo_dir, quantization, kv_cache_dtype
+):
     """Every pure-decode step runs twice, the Python loop then the
     compiled one, on the same inputs (both write the same K/V to the same
     slots); their logits must be equal bit for bit. Deterministic steps
     too, where every prompt token is a decode row reading its sequence's
     table."""
-    engine = bf16_engine(demo_dir)
+    engine = bf16_engine(demo_dir, quantization=quantization, kv_cache_dtype=kv_cache_dtype)
     model = engine.runner.model
     fused = model.decode_layers
     if fused is None:
         pytest.skip(NO_TILE_KERNELS)
+    assert "decode-layers" in engine.cpu_fast_paths
+    if quantization:
+        assert fused.linear_kind in (2, 3)  # the int8 tile kinds
     forward = model.forward
     compared = []
 
