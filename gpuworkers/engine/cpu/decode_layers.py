@@ -3,8 +3,8 @@
 The Python layer loop calls about ten kernels per layer through torch
 modules, views and ctypes; at batch 1 on the demo model that Python cost
 more than the kernels' own work. Where every piece of a step has a
-compiled kernel (bfloat16 tile linears with SwiGLU, the fused norms and
-rotary, the paged decode kernel, a bfloat16 pool) and every token of the
+compiled kernel (tile linears with SwiGLU, the fused norms and rotary,
+the paged decode kernel over the pool) and every token of the
 step is a decode row, ``DecodeLayers`` runs the same kernels in the same
 order from C++: the same bits, one ctypes call. The linears may be
 bfloat16 or weight-only int8 tiles (``ENGINE_QUANTIZATION=int8``) and the
