@@ -2,7 +2,7 @@
 
     python -m bench.quant [--prompts 24] [--max-tokens 48] [--passages 12]
                           [--repeat 2] [--threads 2] [--arms bf16,int8,...]
-                          [--single-tokens 128] [--llamacpp]
+                          [--single-tokens 128] [--single-repeat 5] [--llamacpp]
 
 Arms are EngineConfig overrides (``ARMS``): ``bf16`` is the engine's
 default dtype here ("auto": bfloat16 where the CPU computes in it, float32
@@ -34,7 +34,9 @@ that is what the tok/s compare.
   from the engine's prompt logprobs, and its ratio to the reference arm's;
 - single-stream decode: one request alone, ``--single-tokens`` greedy
   tokens past EOS, speculation off (the step itself, as llama.cpp's
-  ``llama-bench -n`` times it), tok/s from its first token to its last.
+  ``llama-bench -n`` times it), tok/s from its first token to its last;
+  the median of ``--single-repeat`` streams per arm, alternating between
+  the arms (one stream's rate moves by more than the arms differ).
 
 ``--llamacpp`` adds llama.cpp's own formats of the same model (bf16, Q8_0,
 Q4_0; bench/peers/install_llamacpp.sh builds them): ``llama-bench``'s
@@ -102,7 +104,8 @@ class ArmResult:
     perplexity_tokens: int = 0
     perplexity_ratio: float | None = None
     tok_s_ratio: float | None = None
-    single_stream_tok_s: float | None = None
+    single_stream_tok_s: float | None = None  # the median of single_stream_runs
+    single_stream_runs: list[float] = dataclasses.field(default_factory=list)
 
 
 def progress(message: str) -> None:
@@ -124,6 +127,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--arms", default=DEFAULT_ARMS)
     parser.add_argument("--model", type=Path, default=None, help="default: the demo model")
     parser.add_argument("--single-tokens", type=int, default=128)
+    parser.add_argument(
+        "--single-repeat",
+        type=int,
+        default=5,
+        help="single streams per arm, alternating between the arms (one stream moves by 20-40%%)",
+    )
     parser.add_argument("--llamacpp", action="store_true", help="llama.cpp's formats beside ours")
     parser.add_argument("--out", type=Path, default=RESULTS / "quant.json")
     args = parser.parse_args(argv)
@@ -133,8 +142,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--arms: a comma-separated list of {', '.join(sorted(known))}")
     if min(args.prompts, args.max_tokens, args.passages, args.repeat, args.threads) < 1:
         parser.error("--prompts, --max-tokens, --passages, --repeat and --threads must be >= 1")
-    if args.single_tokens < 2:
-        parser.error("--single-tokens must be >= 2")
+    if args.single_tokens < 2 or args.single_repeat < 1:
+        parser.error("--single-tokens must be >= 2 and --single-repeat >= 1")
     return args
 
 
@@ -291,11 +300,18 @@ def main(argv: list[str] | None = None) -> None:
             by_name[name].output_tokens = produced
             outputs[name] = tokens
             progress(f"{name}: run {run + 1}: {produced} tokens, {produced / seconds:.1f} tok/s")
-    for name, engine in engines.items():
+    # One 128-token stream's rate moves by 20-40% from one to the next in
+    # the same process, more than the arms differ: alternate the arms and
+    # keep the median.
+    for run in range(args.single_repeat):
+        for name, engine in engines.items():
+            rate = single_stream_tok_s(engine, prompts[0], args.single_tokens)
+            by_name[name].single_stream_runs.append(round(rate, 2))
+            progress(f"{name}: single stream {run + 1}: {rate:.1f} tok/s")
+    for name in engines:
         by_name[name].single_stream_tok_s = round(
-            single_stream_tok_s(engine, prompts[0], args.single_tokens), 2
+            statistics.median(by_name[name].single_stream_runs), 2
         )
-        progress(f"{name}: single stream {by_name[name].single_stream_tok_s} tok/s")
     llamacpp = llamacpp_rows(args, passage_texts) if args.llamacpp else []
     reference = results[0] if results[0].available else None
     for result in results:
@@ -328,6 +344,7 @@ def main(argv: list[str] | None = None) -> None:
             "perplexity_text": str(PASSAGES.relative_to(ROOT)),
             "speculation": None,
             "single_stream_tokens": args.single_tokens,
+            "single_stream_repeat": args.single_repeat,
         },
         "reference_arm": reference.name if reference else None,
         "arms": [dataclasses.asdict(result) for result in results],
@@ -351,7 +368,8 @@ def render(report: dict) -> str:
         f" {report['workload']['repeat']} alternating runs; perplexity over"
         f" {report['workload']['perplexity_passages']} passages of"
         f" {report['workload']['perplexity_text']}; 1-strm: one request alone,"
-        f" {report['workload']['single_stream_tokens']} tokens, decode tok/s",
+        f" {report['workload']['single_stream_tokens']} tokens, decode tok/s, median of"
+        f" {report['workload'].get('single_stream_repeat', 1)} alternating streams",
         f"{'arm':14} {'tok/s':>8} {'x ref':>6} {'1-strm':>7} {'prefix':>7} {'posns':>7}"
         f" {'ident':>6} {'ppl':>8} {'ppl x ref':>9}  dtype: CPU fast paths",
     ]
