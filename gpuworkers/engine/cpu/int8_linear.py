@@ -22,6 +22,7 @@ from gpuworkers.engine.cpu.tile_linear import (
     TileLinear,
     alternate_halves,
     pack_tiles,
+    run_tiles,
     tile_linear_kind,
 )
 from gpuworkers.engine.quantization import quantize_int8
@@ -69,37 +70,14 @@ class Int8TileLinear(nn.Module):
     def applies_swiglu(cls, lib, linear: nn.Linear) -> bool:
         return cls.bf16_kind.applies_swiglu(lib, linear)
 
+    def weight_pointers(self) -> tuple[int, ...]:
+        """The int8 tiles and their per-column scales, as the entry points take them."""
+        return (self.packed_weight.data_ptr(), self.scales.data_ptr())
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x if x.dim() == 2 else x.reshape(-1, self.in_features)
-        if rows.dtype != torch.bfloat16:
-            raise TypeError(f"{type(self).__name__} takes bfloat16 rows, not {rows.dtype}")
-        if rows.stride(-1) != 1:
-            rows = rows.contiguous()
-        out = torch.empty((rows.shape[0], self.out_features), dtype=torch.bfloat16)
-        if rows.shape[0] and self.swiglu:
-            self._swiglu(
-                rows.data_ptr(),
-                rows.shape[0],
-                rows.stride(0),
-                self.in_features,
-                self.packed_weight.data_ptr(),
-                self.scales.data_ptr(),
-                out.data_ptr(),
-                self.out_features,
-            )
-        elif rows.shape[0]:
-            self._linear(
-                rows.data_ptr(),
-                rows.shape[0],
-                rows.stride(0),
-                self.in_features,
-                self.packed_weight.data_ptr(),
-                self.scales.data_ptr(),
-                self.bias.data_ptr() if self.bias is not None else None,
-                out.data_ptr(),
-                self.out_features,
-            )
-        return out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)
+        if x.dtype != torch.bfloat16:
+            raise TypeError(f"{type(self).__name__} takes bfloat16 rows, not {x.dtype}")
+        return run_tiles(self, x)
 
 
 class Int8AmxLinear(Int8TileLinear):

@@ -77,33 +77,29 @@ class TileLinear(nn.Module):
             and linear.out_features % (2 * TILE_COLUMNS) == 0
         )
 
+    def weight_pointers(self) -> tuple[int, ...]:
+        """The packed weight as the entry points take it, before the bias."""
+        return (self.packed_weight.data_ptr(),)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x if x.dim() == 2 else x.reshape(-1, self.in_features)
-        if rows.stride(-1) != 1:
-            rows = rows.contiguous()
-        out = torch.empty((rows.shape[0], self.out_features), dtype=torch.bfloat16)
-        if rows.shape[0] and self.swiglu:
-            self._swiglu(
-                rows.data_ptr(),
-                rows.shape[0],
-                rows.stride(0),
-                self.in_features,
-                self.packed_weight.data_ptr(),
-                out.data_ptr(),
-                self.out_features,
-            )
-        elif rows.shape[0]:
-            self._linear(
-                rows.data_ptr(),
-                rows.shape[0],
-                rows.stride(0),
-                self.in_features,
-                self.packed_weight.data_ptr(),
-                self.bias.data_ptr() if self.bias is not None else None,
-                out.data_ptr(),
-                self.out_features,
-            )
-        return out if x.dim() == 2 else out.view(*x.shape[:-1], self.out_features)
+        return run_tiles(self, x)
+
+
+def run_tiles(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``x``'s bfloat16 rows through ``module``'s entry points (a tile
+    linear, bfloat16 or int8: ``module.weight_pointers()`` are what its
+    kernels take between the input width and the bias)."""
+    rows = x if x.dim() == 2 else x.reshape(-1, module.in_features)
+    if rows.stride(-1) != 1:
+        rows = rows.contiguous()
+    out = torch.empty((rows.shape[0], module.out_features), dtype=torch.bfloat16)
+    head = (rows.data_ptr(), rows.shape[0], rows.stride(0), module.in_features)
+    if rows.shape[0] and module.swiglu:
+        module._swiglu(*head, *module.weight_pointers(), out.data_ptr(), module.out_features)
+    elif rows.shape[0]:
+        bias = module.bias.data_ptr() if module.bias is not None else None
+        module._linear(*head, *module.weight_pointers(), bias, out.data_ptr(), module.out_features)
+    return out if x.dim() == 2 else out.view(*x.shape[:-1], module.out_features)
 
 
 class AmxLinear(TileLinear):
