@@ -88,6 +88,38 @@ constexpr int ACC_REGS = 24;
 constexpr int MAX_TILE_ROWS = 4;
 constexpr int VALUE_TILE_ROWS = 2;
 
+// What the value-weighing loops (weigh_rows, weigh_rows_bf16) share: how
+// many of block b's tokens each of R rows sees (seen) and the most of them;
+// and the rows' accumulators of heads [g0, g0 + TILE), into registers and
+// back.
+template <int R, int BLOCK>
+inline int64_t block_extents(Row *const *rows, int64_t b, int64_t (&seen)[R]) {
+  int64_t most = 0;
+  for (int r = 0; r < R; ++r) {
+    seen[r] = std::min<int64_t>(BLOCK, rows[r]->len - b * BLOCK);
+    most = std::max(most, seen[r]);
+  }
+  return most;
+}
+
+template <int R, int TILE, int NV, int GROUP, int HEAD_DIM>
+inline void load_accumulators(__m512 (&acc)[R][TILE][NV], Row *const *rows, int g0) {
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < TILE; ++g)
+      if (g0 + g < GROUP)
+        for (int c = 0; c < NV; ++c)
+          acc[r][g][c] = _mm512_loadu_ps(rows[r]->acc + (g0 + g) * HEAD_DIM + c * 16);
+}
+
+template <int R, int TILE, int NV, int GROUP, int HEAD_DIM>
+inline void store_accumulators(const __m512 (&acc)[R][TILE][NV], Row *const *rows, int g0) {
+  for (int r = 0; r < R; ++r)
+    for (int g = 0; g < TILE; ++g)
+      if (g0 + g < GROUP)
+        for (int c = 0; c < NV; ++c)
+          _mm512_storeu_ps(rows[r]->acc + (g0 + g) * HEAD_DIM + c * 16, acc[r][g][c]);
+}
+
 // Independent chains per score: FMA latency is 4 cycles and each chain is
 // HEAD_DIM long, so few heads split their dims into even and odd chains.
 template <int GROUP, int BLOCK>

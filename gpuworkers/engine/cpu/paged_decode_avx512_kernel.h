@@ -74,18 +74,11 @@ inline void weigh_rows(Row *const *rows, const T *values, int64_t b) {
   constexpr int NV = HEAD_DIM / 16;
   constexpr int FIT = ACC_REGS / (NV * R);
   constexpr int TILE = FIT < 1 ? 1 : FIT < GROUP ? FIT : GROUP;
-  int64_t seen[R], most = 0;
-  for (int r = 0; r < R; ++r) {
-    seen[r] = std::min<int64_t>(BLOCK, rows[r]->len - b * BLOCK);
-    most = std::max(most, seen[r]);
-  }
+  int64_t seen[R];
+  const int64_t most = block_extents<R, BLOCK>(rows, b, seen);
   for (int g0 = 0; g0 < GROUP; g0 += TILE) {
     __m512 acc[R][TILE][NV];
-    for (int r = 0; r < R; ++r)
-      for (int g = 0; g < TILE; ++g)
-        if (g0 + g < GROUP)
-          for (int c = 0; c < NV; ++c)
-            acc[r][g][c] = _mm512_loadu_ps(rows[r]->acc + (g0 + g) * HEAD_DIM + c * 16);
+    load_accumulators<R, TILE, NV, GROUP, HEAD_DIM>(acc, rows, g0);
     for (int64_t o = 0; o < most; ++o) {
       __m512 value[NV];
       for (int c = 0; c < NV; ++c) value[c] = load16(values + o * HEAD_DIM + c * 16);
@@ -101,11 +94,7 @@ inline void weigh_rows(Row *const *rows, const T *values, int64_t b) {
           }
       }
     }
-    for (int r = 0; r < R; ++r)
-      for (int g = 0; g < TILE; ++g)
-        if (g0 + g < GROUP)
-          for (int c = 0; c < NV; ++c)
-            _mm512_storeu_ps(rows[r]->acc + (g0 + g) * HEAD_DIM + c * 16, acc[r][g][c]);
+    store_accumulators<R, TILE, NV, GROUP, HEAD_DIM>(acc, rows, g0);
   }
 }
 
