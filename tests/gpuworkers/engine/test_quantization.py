@@ -21,18 +21,12 @@ from gpuworkers.engine.quantization import (
     quantize_linears,
 )
 from gpuworkers.engine.sampling_params import SamplingParams
+from tests.gpuworkers.engine.linear_helpers import random_linear
 
 LIB = build.cpu_library()
 
 
-def layer(out_features: int, in_features: int, bias: bool, seed: int) -> torch.nn.Linear:
-    gen = torch.Generator().manual_seed(seed)
-    linear = torch.nn.Linear(in_features, out_features, bias=bias)
-    with torch.no_grad():
-        linear.weight.copy_(torch.randn(out_features, in_features, generator=gen))
-        if bias:
-            linear.bias.copy_(torch.randn(out_features, generator=gen))
-    return linear
+layer = random_linear
 
 
 def rows_of(count: int, features: int, seed: int, dtype=torch.bfloat16) -> torch.Tensor:

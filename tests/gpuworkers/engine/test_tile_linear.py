@@ -3,6 +3,8 @@ dpbf16_linear.cpp): each test runs for every kind this machine has."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,6 +19,7 @@ from gpuworkers.engine.cpu.tile_linear import (
     tile_linear_kind,
 )
 from gpuworkers.engine.models.layers import MLP
+from tests.gpuworkers.engine.linear_helpers import random_linear
 
 LIB = build.cpu_library()
 
@@ -36,14 +39,7 @@ def kind(request):
     return request.param
 
 
-def layer(out_features: int, in_features: int, bias: bool, seed: int) -> torch.nn.Linear:
-    gen = torch.Generator().manual_seed(seed)
-    linear = torch.nn.Linear(in_features, out_features, bias=bias)
-    with torch.no_grad():
-        linear.weight.copy_(torch.randn(out_features, in_features, generator=gen))
-        if bias:
-            linear.bias.copy_(torch.randn(out_features, generator=gen))
-    return linear.to(torch.bfloat16)
+layer = functools.partial(random_linear, dtype=torch.bfloat16)
 
 
 def within_rounding(got: torch.Tensor, x: torch.Tensor, linear: torch.nn.Linear) -> bool:
